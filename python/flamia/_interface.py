@@ -1,0 +1,116 @@
+"""The public, FlashAttention-shaped functions."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from . import _capi, _checks, _ops
+
+
+def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
+                     cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int, *,
+                     softmax_scale=None, causal=False, scale_mode="exact", precision="fp8",
+                     deterministic=False, return_lse=False, dropout_p=0.0,
+                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                     key_smoothing="none", return_attn_probs=False, block_table=None):
+    """FP8 attention over packed variable-length documents, forward and backward.
+
+    q: (total_q, heads_q, head_dim), k and v: (total_k, heads_kv, head_dim), BF16 CUDA tensors
+    with a contiguous last dimension (token and head strides are free); head_dim 64 or 128;
+    heads_q a multiple of heads_kv (GQA/MQA). cu_seqlens_q/k: int32 (batch + 1,) on the same
+    device. max_seqlen_q/k: Python ints (no host synchronisation is ever made).
+
+    Every argument after max_seqlen_k is keyword-only: FlashAttention's positional order
+    (dropout_p, softmax_scale, causal, ...) would otherwise be misread.
+
+    softmax_scale: default 1/sqrt(head_dim). causal: bottom-right aligned; a causal document
+    must have equal query and key lengths. scale_mode: "exact" (one FP8 scale per token and
+    head: outputs are bitwise independent of later tokens) or "block32" (per document-local
+    32-token block). precision: backward precision, "fp8" (all products in FP8) or
+    "fp8-bf16grad" (dP, dQ, dK in BF16). deterministic: bitwise reproducible backward.
+    key_smoothing: "none", "first_key" (subtract each document's first key) or a float32
+    (heads_kv, head_dim) tensor to subtract (treated as a constant).
+
+    FlashAttention arguments flamia does not implement (dropout_p, window_size other than
+    (-1, -1) and the causal (-1, 0), softcap, alibi_slopes, return_attn_probs, block_table) are
+    accepted at their neutral values and rejected otherwise.
+
+    Returns out (total_q, heads_q, head_dim) BF16, or (out, lse) with return_lse=True, lse FP32
+    (heads_q, total_q) in natural log, -inf for rows with no visible key. Like FlashAttention's,
+    the returned lse carries no gradient.
+    """
+    causal = _checks.check_flash_attention_neutral(
+        dropout_p=dropout_p, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+        return_attn_probs=return_attn_probs, block_table=block_table, causal=causal)
+    spec = _checks.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                softmax_scale=softmax_scale, causal=causal,
+                                scale_mode=scale_mode, precision=precision,
+                                deterministic=deterministic, key_smoothing=key_smoothing)
+    return_lse = _checks._check_bool("return_lse", return_lse)
+    out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                       max_seqlen_k, spec.softmax_scale, spec.causal,
+                                       spec.scale_mode, spec.key_smoothing,
+                                       spec.key_smoothing_vector, spec.precision,
+                                       spec.deterministic)
+    return (out, lse) if return_lse else out
+
+
+def _uniform_cu_seqlens(batch: int, seqlen: int, device: torch.device) -> Tensor:
+    # Built on the device (no host-to-device copy, so it is capturable in a CUDA graph).
+    return torch.arange(0, (batch + 1) * seqlen, seqlen, dtype=torch.int32, device=device)
+
+
+def attn_func(q: Tensor, k: Tensor, v: Tensor, *, softmax_scale=None, causal=False,
+              scale_mode="exact", precision="fp8", deterministic=False, return_lse=False,
+              dropout_p=0.0, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+              key_smoothing="none", return_attn_probs=False):
+    """attn_varlen_func for (batch, seqlen, heads, head_dim) tensors: each batch row is one
+    document. Returns out (batch, seqlen_q, heads_q, head_dim), or (out, lse) with lse FP32
+    (batch, heads_q, seqlen_q) as FlashAttention returns it. Every argument after v is
+    keyword-only."""
+    _checks.check_batched(q, k, v)
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    seqlen_k = k.shape[1]
+    cu_seqlens_q = _uniform_cu_seqlens(batch, seqlen_q, q.device)
+    cu_seqlens_k = (cu_seqlens_q if seqlen_k == seqlen_q
+                    else _uniform_cu_seqlens(batch, seqlen_k, q.device))
+    result = attn_varlen_func(
+        q.reshape(batch * seqlen_q, heads_q, head_dim),
+        k.reshape(batch * seqlen_k, k.shape[2], k.shape[3]),
+        v.reshape(batch * seqlen_k, v.shape[2], v.shape[3]),
+        cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k, softmax_scale=softmax_scale,
+        causal=causal, scale_mode=scale_mode, precision=precision, deterministic=deterministic,
+        return_lse=return_lse, dropout_p=dropout_p, window_size=window_size, softcap=softcap,
+        alibi_slopes=alibi_slopes, key_smoothing=key_smoothing,
+        return_attn_probs=return_attn_probs)
+    if not return_lse:
+        return result.view(batch, seqlen_q, heads_q, head_dim)
+    out, lse = result
+    lse = lse.view(heads_q, batch, seqlen_q).transpose(0, 1).contiguous()
+    return out.view(batch, seqlen_q, heads_q, head_dim), lse
+
+
+def explain(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+            max_seqlen_q: int, max_seqlen_k: int, *, softmax_scale=None, causal=False,
+            scale_mode="exact", precision="fp8", deterministic=False, return_lse=False,
+            dropout_p=0.0, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+            key_smoothing="none", return_attn_probs=False, block_table=None) -> str:
+    """Which kernel path attn_varlen_func would run for these arguments (the library's
+    flamia_describe_forward), followed by the backward's precision. Runs no kernel. The same
+    line is logged on the first call of each distinct path when FLAMIA_LOG=1."""
+    causal = _checks.check_flash_attention_neutral(
+        dropout_p=dropout_p, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+        return_attn_probs=return_attn_probs, block_table=block_table, causal=causal)
+    spec = _checks.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                softmax_scale=softmax_scale, causal=causal,
+                                scale_mode=scale_mode, precision=precision,
+                                deterministic=deterministic, key_smoothing=key_smoothing)
+    _capi.library()  # raise LibraryNotFound before building anything
+    out, lse, stats = _ops._forward_outputs(q)
+    problem = _ops.make_problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                spec.softmax_scale, spec.causal, spec.scale_mode,
+                                spec.key_smoothing, spec.key_smoothing_vector)
+    args = _ops.make_forward_args(q, k, v, out, lse, stats, problem, _ops._stream(q.device))
+    backward = f"backward: {spec.precision}" + (", deterministic" if spec.deterministic else "")
+    return f"{_ops.describe_forward(args)}; {backward}"

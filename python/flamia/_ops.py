@@ -1,0 +1,263 @@
+"""torch.library custom ops over the C API: flamia::fwd and flamia::bwd.
+
+Each op has a fake (meta) implementation giving its output shapes, so torch.compile traces it
+without a graph break, and the forward registers its autograd formula through the backward op.
+The real implementations allocate outputs and the workspace with torch.empty (the caching
+allocator, so CUDA graph capture works), pass torch's current stream, and never synchronise.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import math
+import os
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from . import _capi
+
+log = logging.getLogger("flamia")
+
+LOG_ENV = "FLAMIA_LOG"  # 1: log, once per distinct path, which kernel path ran
+CHECK_ENV = "FLAMIA_CHECK_DEVICE"  # 1: synchronise after each call and report device errors
+_STATS_PER_ROW = 2  # softmax_stats holds {M, l} per (head, query)
+_BF16 = torch.bfloat16
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "") not in ("", "0")
+
+
+# ---- marshalling ---------------------------------------------------------------------------------
+
+
+def _ptr(t: Optional[Tensor], ctype=ctypes.c_void_p):
+    """A typed pointer to t's data; NULL for None."""
+    if t is None:
+        return None
+    if ctype is ctypes.c_void_p:
+        return ctypes.c_void_p(t.data_ptr())
+    return ctypes.cast(ctypes.c_void_p(t.data_ptr()), ctype)
+
+
+def _tensor(t: Tensor) -> _capi.Tensor:
+    return _capi.Tensor(t.data_ptr(), t.stride(0), t.stride(1))
+
+
+def _stream(device: torch.device) -> ctypes.c_void_p:
+    return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+
+
+def make_problem(q: Tensor, k: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                 max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
+                 scale_mode: str, key_smoothing: str,
+                 key_smoothing_vector: Optional[Tensor]) -> _capi.Problem:
+    i32p = ctypes.POINTER(ctypes.c_int32)
+    f32p = ctypes.POINTER(ctypes.c_float)
+    return _capi.Problem(
+        cu_seqlens_q=_ptr(cu_seqlens_q, i32p),
+        cu_seqlens_k=_ptr(cu_seqlens_k, i32p),
+        host_cu_seqlens_q=None,
+        host_cu_seqlens_k=None,
+        batch=cu_seqlens_q.shape[0] - 1,
+        total_q=q.shape[0],
+        total_k=k.shape[0],
+        heads_q=q.shape[1],
+        heads_kv=k.shape[1],
+        head_dim=q.shape[2],
+        max_seqlen_q=max_seqlen_q,
+        max_seqlen_k=max_seqlen_k,
+        softmax_scale=softmax_scale,
+        causal=int(causal),
+        scale_mode=_capi.SCALE_MODES[scale_mode],
+        key_smoothing=_capi.KEY_SMOOTHINGS[key_smoothing],
+        key_smoothing_vector=_ptr(key_smoothing_vector, f32p),
+    )
+
+
+def make_forward_args(q, k, v, out, lse, stats, problem: _capi.Problem,
+                      stream: ctypes.c_void_p) -> _capi.ForwardArgs:
+    f32p = ctypes.POINTER(ctypes.c_float)
+    return _capi.ForwardArgs(problem=problem, q=_tensor(q), k=_tensor(k), v=_tensor(v),
+                             o=_tensor(out), lse=_ptr(lse, f32p),
+                             softmax_stats=_ptr(stats, f32p), workspace=None,
+                             workspace_bytes=0, stream=stream)
+
+
+def make_backward_args(dout, q, k, v, out, lse, stats, dq, dk, dv, problem: _capi.Problem,
+                       precision: str, deterministic: bool,
+                       stream: ctypes.c_void_p) -> _capi.BackwardArgs:
+    f32p = ctypes.POINTER(ctypes.c_float)
+    return _capi.BackwardArgs(
+        problem=problem, q=_tensor(q), k=_tensor(k), v=_tensor(v), o=_tensor(out),
+        d_o=_tensor(dout), lse=_ptr(lse, f32p), softmax_stats=_ptr(stats, f32p), dq=_tensor(dq),
+        dk=_tensor(dk), dv=_tensor(dv), precision=_capi.PRECISIONS[precision],
+        deterministic=int(deterministic), workspace=None, workspace_bytes=0, stream=stream)
+
+
+def _workspace(nbytes: int, device: torch.device) -> tuple[Tensor, int]:
+    """A workspace of `nbytes` from the caching allocator, 256-byte aligned."""
+    align = _capi.WORKSPACE_ALIGNMENT
+    buf = torch.empty(max(nbytes, 1) + align, dtype=torch.uint8, device=device)
+    offset = (-buf.data_ptr()) % align
+    return buf, buf.data_ptr() + offset
+
+
+_logged: set = set()
+
+
+def _log_path(description: str) -> None:
+    if not _env_flag(LOG_ENV) or description in _logged:
+        return
+    _logged.add(description)
+    if not log.handlers and not logging.getLogger().handlers:
+        logging.basicConfig(format="%(name)s: %(message)s")
+    log.setLevel(logging.INFO)
+    log.info("%s", description)
+
+
+def _check_device_status(lib, workspace_ptr: int, device: torch.device) -> None:
+    """Debug mode: synchronise and surface cu_seqlens errors found on the device."""
+    if not _env_flag(CHECK_ENV) or torch.cuda.is_current_stream_capturing():
+        return
+    _capi.check("flamia_check_device_status",
+                lib.flamia_check_device_status(ctypes.c_void_p(workspace_ptr), _stream(device)))
+
+
+def describe_forward(args: _capi.ForwardArgs) -> str:
+    raw = _capi.library().flamia_describe_forward(ctypes.byref(args))
+    return raw.decode(errors="replace") if raw else ""
+
+
+# ---- forward -------------------------------------------------------------------------------------
+
+
+def _forward_outputs(q: Tensor):
+    total_q, heads_q, _ = q.shape
+    out = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty((heads_q, total_q), dtype=torch.float32, device=q.device)
+    stats = torch.empty((heads_q, total_q, _STATS_PER_ROW), dtype=torch.float32, device=q.device)
+    return out, lse, stats
+
+
+@torch.library.custom_op("flamia::fwd", mutates_args=(), device_types="cuda")
+def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+        max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
+        scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
+        precision: str, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Returns (out, lse, softmax_stats). `precision` and `deterministic` are used only by the
+    backward; they are inputs here so that autograd can hand them on."""
+    out, lse, stats = _forward_outputs(q)
+    if q.shape[0] == 0:
+        return out, lse, stats
+    if k.shape[0] == 0:  # no keys at all: every row is fully masked (O = 0, LSE = -inf)
+        out.zero_()
+        lse.fill_(-math.inf)
+        stats.zero_()
+        return out, lse, stats
+    lib = _capi.library()
+    with torch.cuda.device(q.device):
+        problem = make_problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               softmax_scale, causal, scale_mode, key_smoothing,
+                               key_smoothing_vector)
+        args = make_forward_args(q, k, v, out, lse, stats, problem, _stream(q.device))
+        nbytes = ctypes.c_size_t(0)
+        _capi.check("flamia_forward_workspace_size",
+                    lib.flamia_forward_workspace_size(ctypes.byref(args), ctypes.byref(nbytes)))
+        workspace, workspace_ptr = _workspace(nbytes.value, q.device)
+        args.workspace = workspace_ptr
+        args.workspace_bytes = nbytes.value
+        if _env_flag(LOG_ENV):
+            _log_path(describe_forward(args) + f"; backward: {precision}"
+                      + (", deterministic" if deterministic else ""))
+        _capi.check("flamia_forward", lib.flamia_forward(ctypes.byref(args)))
+        _check_device_status(lib, workspace_ptr, q.device)
+    # `workspace` is returned to the caching allocator here: stream-ordered, so the kernels
+    # queued above finish before any later user of the memory on this stream.
+    del workspace
+    return out, lse, stats
+
+
+@fwd.register_fake
+def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
+              causal, scale_mode, key_smoothing, key_smoothing_vector, precision, deterministic):
+    return _forward_outputs(q)
+
+
+# ---- backward ------------------------------------------------------------------------------------
+
+
+@torch.library.custom_op("flamia::bwd", mutates_args=(), device_types="cuda")
+def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
+        softmax_stats: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
+        max_seqlen_k: int, softmax_scale: float, causal: bool, scale_mode: str,
+        key_smoothing: str, key_smoothing_vector: Optional[Tensor], precision: str,
+        deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Returns (dq, dk, dv), contiguous, shaped like q, k and v."""
+    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+    if q.shape[0] == 0 or k.shape[0] == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    if dout.dim() != 3 or dout.stride(2) != 1:
+        dout = dout.contiguous()
+    lib = _capi.library()
+    with torch.cuda.device(q.device):
+        problem = make_problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                               softmax_scale, causal, scale_mode, key_smoothing,
+                               key_smoothing_vector)
+        args = make_backward_args(dout, q, k, v, out, lse, softmax_stats, dq, dk, dv, problem,
+                                  precision, deterministic, _stream(q.device))
+        nbytes = ctypes.c_size_t(0)
+        _capi.check("flamia_backward_workspace_size",
+                    lib.flamia_backward_workspace_size(ctypes.byref(args), ctypes.byref(nbytes)))
+        workspace, workspace_ptr = _workspace(nbytes.value, q.device)
+        args.workspace = workspace_ptr
+        args.workspace_bytes = nbytes.value
+        _capi.check("flamia_backward", lib.flamia_backward(ctypes.byref(args)))
+        _check_device_status(lib, workspace_ptr, q.device)
+    del workspace
+    return dq, dk, dv
+
+
+@bwd.register_fake
+def _bwd_fake(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+              max_seqlen_k, softmax_scale, causal, scale_mode, key_smoothing,
+              key_smoothing_vector, precision, deterministic):
+    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
+            torch.empty(k.shape, dtype=k.dtype, device=k.device),
+            torch.empty(v.shape, dtype=v.dtype, device=v.device))
+
+
+# ---- autograd ------------------------------------------------------------------------------------
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+     scale_mode, key_smoothing, key_smoothing_vector, precision, deterministic) = inputs
+    out, lse, stats = output
+    ctx.save_for_backward(q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k,
+                          key_smoothing_vector)
+    ctx.config = dict(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
+                      softmax_scale=softmax_scale, causal=causal, scale_mode=scale_mode,
+                      key_smoothing=key_smoothing, precision=precision,
+                      deterministic=deterministic)
+    # Like FlashAttention's, the LSE carries no gradient; softmax_stats is internal.
+    ctx.mark_non_differentiable(lse, stats)
+
+
+def _backward(ctx, dout, _dlse, _dstats):
+    q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k, vector = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(out)
+    c = ctx.config
+    dq, dk, dv = torch.ops.flamia.bwd(
+        dout, q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k, c["max_seqlen_q"],
+        c["max_seqlen_k"], c["softmax_scale"], c["causal"], c["scale_mode"], c["key_smoothing"],
+        vector, c["precision"], c["deterministic"])
+    return (dq, dk, dv) + (None,) * 11
+
+
+fwd.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,97 @@
+// The reference forward (numerics §4): one query row at a time, with the final M.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "reference/attention_internal.h"
+#include "reference/attention_ref.h"
+
+namespace flamia::ref {
+namespace internal {
+
+namespace {
+constexpr int kRowsPerTask = 32;
+}  // namespace
+
+ScoreOperands::ScoreOperands(const Problem& problem, const ForwardOperandsRef& operands)
+    : p(problem),
+      ops(operands),
+      q(decode_head_major(operands.q)),
+      k(decode_head_major(operands.k)),
+      v(decode_head_major(operands.v)),
+      c(problem.softmax_scale * kLog2e) {}
+
+void ScoreOperands::logits(int h, int i, int k_begin, int n, float* t) const {
+  const int dim = p.head_dim;
+  const int g = p.kv_head(h);
+  const float row_factor = c * exp2_int(ops.q.exponent(i, h));
+  const double* q_row = &q[(size_t(h) * p.total_q() + i) * dim];
+  for (int jj = 0; jj < n; ++jj) {
+    const int j = k_begin + jj;
+    const double s = dot_product(q_row, &k[(size_t(g) * p.total_k() + j) * dim], dim);
+    const float column = float(s) * exp2_int(ops.k.exponent(j, g));
+    t[jj] = std::fma(column, row_factor, float(ops.v.exponent(j, g)));
+  }
+}
+
+ForwardResult forward(const Problem& p, const Inputs& in, const QuantizationHooks& hooks) {
+  const ForwardOperandsRef ops = quantize_forward_operands(p, in, hooks);
+  const ScoreOperands score(p, ops);
+  const int dim = p.head_dim;
+  const int total_q = p.total_q();
+
+  ForwardResult r;
+  r.o.assign(size_t(total_q) * p.heads_q * dim, 0.0f);
+  r.lse.assign(size_t(p.heads_q) * total_q, -std::numeric_limits<float>::infinity());
+  r.softmax_stats.assign(size_t(p.heads_q) * total_q * 2, 0.0f);
+
+  std::vector<int> heads(p.heads_q);
+  for (int h = 0; h < p.heads_q; ++h) heads[h] = h;
+  const std::vector<RowChunk> chunks = row_chunks(p.cu_seqlens_q, heads, kRowsPerTask);
+  const int max_keys = max_document_length(p.cu_seqlens_k);
+
+  parallel_for(int(chunks.size()), [&](int item) {
+    const RowChunk& chunk = chunks[item];
+    const int h = chunk.head, g = p.kv_head(h);
+    const int k_begin = p.cu_seqlens_k[chunk.doc];
+    std::vector<float> t(size_t(max_keys) + 1);
+    std::vector<double> acc(dim);
+    for (int i = chunk.begin; i < chunk.end; ++i) {
+      const int n = visible_keys(p, chunk.doc, i);
+      if (n <= 0) continue;  // §4 step 9: O = 0, LSE = -inf, stats {0, 0} (already set)
+      score.logits(h, i, k_begin, n, t.data());
+      const float m = std::ceil(*std::max_element(t.begin(), t.begin() + n));
+      double l = 0.0;
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int jj = 0; jj < n; ++jj) {
+        const int j = k_begin + jj;
+        const float e = ScoreOperands::shifted_exp2(t[jj], m);
+        l += double(e * exp2_int(-ops.v.exponent(j, g)));
+        const double p_hat = e4m3_decode(e4m3_encode(e));
+        if (p_hat == 0.0) continue;
+        const double* v_row = &score.v[(size_t(g) * p.total_k() + j) * dim];
+        for (int d = 0; d < dim; ++d) acc[d] += p_hat * v_row[d];  // exact: E4M3 x E4M3
+      }
+      const float l32 = float(l);
+      float* o_row = &r.o[(size_t(i) * p.heads_q + h) * dim];
+      for (int d = 0; d < dim; ++d) o_row[d] = float(acc[d]) / l32;
+      float lse = std::log(l32) + (m - float(kSoftmaxOffset)) * kLn2;
+      if (!ops.lse_shift.empty()) lse += ops.lse_shift[size_t(h) * total_q + i];
+      r.lse[size_t(h) * total_q + i] = lse;
+      r.softmax_stats[(size_t(h) * total_q + i) * 2] = m;
+      r.softmax_stats[(size_t(h) * total_q + i) * 2 + 1] = l32;
+    }
+  });
+
+  r.o_bf16 = HostTensor(total_q, p.heads_q, dim);
+  for (size_t x = 0; x < r.o.size(); ++x) r.o_bf16.bits[x] = float_to_bf16(r.o[x]);
+  return r;
+}
+
+}  // namespace internal
+
+ForwardResult forward(const Problem& problem, const Inputs& inputs) {
+  return internal::forward(problem, inputs, {});
+}
+
+}  // namespace flamia::ref

@@ -1,0 +1,65 @@
+// flamia_describe_forward: which kernel path a problem runs, as a static string.
+#include <cstdio>
+
+#include "api/errors.h"
+#include "api/validation.h"
+#include "flamia/flamia.h"
+
+namespace {
+
+// Head dims the descriptions cover (validation decides what is supported).
+constexpr int kHeadDims[] = {64, 128, 256};
+constexpr int kNumHeadDims = sizeof kHeadDims / sizeof kHeadDims[0];
+constexpr int kNumScaleModes = 2;
+constexpr int kNumCausal = 2;
+constexpr int kNumSmoothings = 3;
+constexpr size_t kDescriptionCapacity = 128;
+
+const char* const kScaleNames[kNumScaleModes] = {"exact scales", "block32 scales"};
+const char* const kCausalNames[kNumCausal] = {"non-causal", "causal"};
+const char* const kSmoothingNames[kNumSmoothings] = {"no key smoothing", "first-key smoothing",
+                                                     "vector key smoothing"};
+
+// Every description, built once (thread-safe static initialization) and never freed, so the
+// returned pointers stay valid for the life of the process.
+struct Descriptions {
+  char text[kNumHeadDims][kNumScaleModes][kNumCausal][kNumSmoothings][kDescriptionCapacity];
+  Descriptions() {
+    for (int d = 0; d < kNumHeadDims; ++d) {
+      for (int s = 0; s < kNumScaleModes; ++s) {
+        for (int c = 0; c < kNumCausal; ++c) {
+          for (int m = 0; m < kNumSmoothings; ++m) {
+            std::snprintf(text[d][s][c][m], kDescriptionCapacity,
+                          "sm90a fp8 forward, hdim %d, %s, %s, %s", kHeadDims[d], kScaleNames[s],
+                          kCausalNames[c], kSmoothingNames[m]);
+          }
+        }
+      }
+    }
+  }
+};
+
+constexpr const char* kInvalidDescription =
+    "no kernel path: invalid or unsupported arguments (see flamia_last_error_message)";
+
+}  // namespace
+
+extern "C" const char* flamia_describe_forward(const flamia_forward_args* args) {
+  constexpr const char* kWhere = "flamia_describe_forward";
+  if (args == nullptr) {
+    flamia::api::fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: args is NULL", kWhere);
+    return kInvalidDescription;
+  }
+  if (flamia::api::validate_forward_problem(*args, kWhere) != FLAMIA_OK) return kInvalidDescription;
+  const flamia_problem& p = args->problem;
+  int d = 0;
+  while (d < kNumHeadDims && kHeadDims[d] != p.head_dim) ++d;
+  if (d == kNumHeadDims) {  // supported by the kernels but not listed here
+    flamia::api::fail(FLAMIA_ERROR_UNSUPPORTED, "%s: no description for head_dim %d", kWhere,
+                      p.head_dim);
+    return kInvalidDescription;
+  }
+  static const Descriptions descriptions;
+  // Validated: the enums hold their enumerators' values.
+  return descriptions.text[d][p.scale_mode][p.causal][p.key_smoothing];
+}

@@ -1,0 +1,274 @@
+// Public structs -> launcher arguments, and the launch sequences (dispatch.h).
+//
+// Problems with no keys or no queries never reach the attention kernels: their outputs are
+// defined without them (docs/numerics.md §4.9: no visible key gives O = 0, LSE = -inf, stats
+// {0, 0}; no queries give dK = dV = 0; no keys give dQ = 0), so the kernels only ever see
+// total_q > 0 and total_k > 0.
+#include "api/dispatch.h"
+
+#include <cuda_runtime.h>
+
+#include <limits>
+
+#include "api/device_checks.h"
+#include "api/errors.h"
+#include "kernels/backward/backward.h"
+#include "kernels/forward/forward.h"
+#include "kernels/quantize/quantize.h"
+
+namespace flamia::api {
+namespace {
+
+constexpr int kSoftmaxStatsPerRow = 2;  // {M, l}
+
+ScaleMode to_scale_mode(flamia_scale_mode mode) {
+  return mode == FLAMIA_SCALE_BLOCK32 ? ScaleMode::kBlock32 : ScaleMode::kExact;
+}
+
+KeySmoothing to_key_smoothing(flamia_key_smoothing smoothing) {
+  switch (smoothing) {
+    case FLAMIA_SMOOTH_FIRST_KEY:
+      return KeySmoothing::kFirstKey;
+    case FLAMIA_SMOOTH_VECTOR:
+      return KeySmoothing::kVector;
+    case FLAMIA_SMOOTH_NONE:
+      break;
+  }
+  return KeySmoothing::kNone;
+}
+
+BackwardPrecision to_precision(flamia_precision precision) {
+  return precision == FLAMIA_PRECISION_FP8_BF16GRAD ? BackwardPrecision::kFp8Bf16Grad
+                                                    : BackwardPrecision::kFp8;
+}
+
+Bf16View input_view(const flamia_tensor& t) {
+  return {t.data, t.token_stride, t.head_stride};
+}
+Bf16MutableView output_view(const flamia_tensor& t) {
+  return {t.data, t.token_stride, t.head_stride};
+}
+
+FillBf16 fill_target(const flamia_tensor& t, int tokens, int heads) {
+  FillBf16 target;
+  target.data = t.data;
+  target.token_stride = t.token_stride;
+  target.head_stride = t.head_stride;
+  target.tokens = tokens;
+  target.heads = heads;
+  return target;
+}
+
+int64_t per_row_count(const flamia_problem& p) {
+  return int64_t(p.heads_q) * p.total_q;
+}
+
+// O, LSE and (when given) the softmax stats of the forward, with the values a fill writes.
+FillTargets forward_outputs(const flamia_forward_args& a, uint16_t o_bits, float lse_value,
+                            float stats_value) {
+  const flamia_problem& p = a.problem;
+  FillTargets targets;
+  targets.head_dim = p.head_dim;
+  targets.bf16_bits = o_bits;
+  targets.add(fill_target(a.o, p.total_q, p.heads_q));
+  targets.add(FillFloats{a.lse, per_row_count(p), lse_value});
+  targets.add(FillFloats{a.softmax_stats, per_row_count(p) * kSoftmaxStatsPerRow, stats_value});
+  return targets;
+}
+
+FillTargets backward_outputs(const flamia_backward_args& a, uint16_t bits) {
+  const flamia_problem& p = a.problem;
+  FillTargets targets;
+  targets.head_dim = p.head_dim;
+  targets.bf16_bits = bits;
+  targets.add(fill_target(a.dq, p.total_q, p.heads_q));
+  targets.add(fill_target(a.dk, p.total_k, p.heads_kv));
+  targets.add(fill_target(a.dv, p.total_k, p.heads_kv));
+  return targets;
+}
+
+QuantizeForwardArgs quantize_forward_args(const flamia_forward_args& a, const WorkspaceLayout& ws) {
+  const flamia_problem& p = a.problem;
+  QuantizeForwardArgs args;
+  args.shape = packed_shape(p);
+  args.scale_mode = to_scale_mode(p.scale_mode);
+  args.key_smoothing = to_key_smoothing(p.key_smoothing);
+  args.key_smoothing_vector = p.key_smoothing_vector;
+  args.softmax_scale = p.softmax_scale;
+  args.q = input_view(a.q);
+  args.k = input_view(a.k);
+  args.v = input_view(a.v);
+  args.out = ws.fwd;
+  args.device_status = &ws.status->code;
+  return args;
+}
+
+// The forward with keys and queries: quantize, then the attention kernel.
+flamia_status run_forward_kernels(const flamia_forward_args& a, const WorkspaceLayout& ws,
+                                  cudaStream_t stream, const char* where) {
+  const flamia_problem& p = a.problem;
+  cudaError_t error = launch_quantize_forward(quantize_forward_args(a, ws), stream);
+  if (error != cudaSuccess) return fail_cuda(where, "launch_quantize_forward", error);
+
+  ForwardKernelArgs kernel;
+  kernel.shape = packed_shape(p);
+  kernel.softmax_scale = p.softmax_scale;
+  kernel.in = ws.fwd;
+  kernel.o = output_view(a.o);
+  kernel.lse = a.lse;
+  kernel.softmax_stats = a.softmax_stats;
+  kernel.device_status = &ws.status->code;
+  kernel.scheduler_workspace = ws.scheduler;
+  error = launch_forward(kernel, stream);
+  if (error != cudaSuccess) return fail_cuda(where, "launch_forward", error);
+  return FLAMIA_OK;
+}
+
+// The backward with keys and queries: one quantize pass builds the forward's copies (as the
+// forward read them) and the backward's, then the backward kernels.
+flamia_status run_backward_kernels(const flamia_backward_args& a, const WorkspaceLayout& ws,
+                                   cudaStream_t stream, const char* where) {
+  const flamia_problem& p = a.problem;
+  QuantizeBackwardArgs quantize;
+  quantize.shape = packed_shape(p);
+  quantize.scale_mode = to_scale_mode(p.scale_mode);
+  quantize.q = input_view(a.q);
+  quantize.k = input_view(a.k);
+  quantize.v = input_view(a.v);
+  quantize.o = input_view(a.o);
+  quantize.d_o = input_view(a.d_o);
+  quantize.softmax_stats = a.softmax_stats;
+  quantize.out = ws.bwd;
+  quantize.device_status = &ws.status->code;
+  quantize.fwd_out = ws.fwd;  // lse_shift is null: the backward does not need it
+  quantize.key_smoothing = to_key_smoothing(p.key_smoothing);
+  quantize.key_smoothing_vector = p.key_smoothing_vector;
+  quantize.softmax_scale = p.softmax_scale;
+  const cudaError_t quantize_error = launch_quantize_backward(quantize, stream);
+  if (quantize_error != cudaSuccess) {
+    return fail_cuda(where, "launch_quantize_backward", quantize_error);
+  }
+
+  BackwardKernelArgs kernel;
+  kernel.shape = packed_shape(p);
+  kernel.softmax_scale = p.softmax_scale;
+  kernel.precision = to_precision(a.precision);
+  kernel.deterministic = a.deterministic != 0;
+  kernel.fwd = ws.fwd;
+  kernel.bwd = ws.bwd;
+  kernel.q = input_view(a.q);
+  kernel.k = input_view(a.k);
+  kernel.v = input_view(a.v);
+  kernel.d_o = input_view(a.d_o);
+  kernel.softmax_stats = a.softmax_stats;
+  kernel.dq = output_view(a.dq);
+  kernel.dk = output_view(a.dk);
+  kernel.dv = output_view(a.dv);
+  kernel.device_status = &ws.status->code;
+  kernel.scratch = ws.scratch;
+  const cudaError_t error = launch_backward(kernel, stream);
+  if (error != cudaSuccess) return fail_cuda(where, "launch_backward", error);
+  return FLAMIA_OK;
+}
+
+flamia_status check_seqlens_on_device(const flamia_problem& p, const WorkspaceLayout& ws,
+                                      cudaStream_t stream, const char* where) {
+  const cudaError_t error =
+      launch_check_seqlens(p.cu_seqlens_q, p.cu_seqlens_k, seqlens_limits(p), ws.status, stream);
+  return error == cudaSuccess ? FLAMIA_OK : fail_cuda(where, "the cu_seqlens check kernel", error);
+}
+
+flamia_status fill(const FillTargets& targets, cudaStream_t stream, const char* where) {
+  const cudaError_t error = launch_fill_outputs(nullptr, targets, stream);
+  return error == cudaSuccess ? FLAMIA_OK : fail_cuda(where, "the output fill kernel", error);
+}
+
+// NaN over every output when the device check failed (the kernels skipped their work).
+flamia_status poison(const WorkspaceLayout& ws, const FillTargets& targets, cudaStream_t stream,
+                     const char* where) {
+  const cudaError_t error = launch_fill_outputs(&ws.status->code, targets, stream);
+  return error == cudaSuccess ? FLAMIA_OK : fail_cuda(where, "the NaN poison kernel", error);
+}
+
+}  // namespace
+
+PackedShape packed_shape(const flamia_problem& p) {
+  PackedShape shape;
+  shape.cu_seqlens_q = p.cu_seqlens_q;
+  shape.cu_seqlens_k = p.cu_seqlens_k;
+  shape.batch = p.batch;
+  shape.total_q = p.total_q;
+  shape.total_k = p.total_k;
+  shape.heads_q = p.heads_q;
+  shape.heads_kv = p.heads_kv;
+  shape.head_dim = p.head_dim;
+  shape.max_seqlen_q = p.max_seqlen_q;
+  shape.max_seqlen_k = p.max_seqlen_k;
+  shape.causal = p.causal != 0;
+  return shape;
+}
+
+SeqlensLimits seqlens_limits(const flamia_problem& p) {
+  SeqlensLimits limits;
+  limits.batch = p.batch;
+  limits.total_q = p.total_q;
+  limits.total_k = p.total_k;
+  limits.max_seqlen_q = p.max_seqlen_q;
+  limits.max_seqlen_k = p.max_seqlen_k;
+  limits.causal = p.causal != 0;
+  return limits;
+}
+
+WorkspaceRequest forward_workspace_request(const flamia_forward_args& args) {
+  WorkspaceRequest request;
+  request.shape = packed_shape(args.problem);
+  request.pass = Pass::kForward;
+  request.key_smoothing = args.problem.key_smoothing != FLAMIA_SMOOTH_NONE;
+  return request;
+}
+
+WorkspaceRequest backward_workspace_request(const flamia_backward_args& args) {
+  WorkspaceRequest request;
+  request.shape = packed_shape(args.problem);
+  request.pass = Pass::kBackward;
+  request.key_smoothing = false;  // K̂ is built from k - m, but no LSE shift is needed
+  request.deterministic = args.deterministic != 0;
+  return request;
+}
+
+flamia_status dispatch_forward(const flamia_forward_args& a, const char* where) {
+  const flamia_problem& p = a.problem;
+  const auto stream = static_cast<cudaStream_t>(a.stream);
+  const WorkspaceLayout ws = layout_workspace(forward_workspace_request(a), a.workspace);
+  constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
+
+  flamia_status status = check_seqlens_on_device(p, ws, stream, where);
+  if (status != FLAMIA_OK) return status;
+  if (p.total_k == 0) {
+    status = fill(forward_outputs(a, kBf16ZeroBits, kMinusInf, 0.0f), stream, where);
+  } else {
+    status = run_forward_kernels(a, ws, stream, where);
+  }
+  if (status != FLAMIA_OK) return status;
+  return poison(ws, forward_outputs(a, kBf16NanBits, kNaN, kNaN), stream, where);
+}
+
+flamia_status dispatch_backward(const flamia_backward_args& a, const char* where) {
+  const flamia_problem& p = a.problem;
+  const auto stream = static_cast<cudaStream_t>(a.stream);
+  const WorkspaceLayout ws = layout_workspace(backward_workspace_request(a), a.workspace);
+
+  flamia_status status = check_seqlens_on_device(p, ws, stream, where);
+  if (status != FLAMIA_OK) return status;
+  if (p.total_q == 0 || p.total_k == 0) {
+    // One side is empty: the other side's gradients are zero (the empty side has no elements).
+    status = fill(backward_outputs(a, kBf16ZeroBits), stream, where);
+  } else {
+    status = run_backward_kernels(a, ws, stream, where);
+  }
+  if (status != FLAMIA_OK) return status;
+  return poison(ws, backward_outputs(a, kBf16NanBits), stream, where);
+}
+
+}  // namespace flamia::api

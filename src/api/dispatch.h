@@ -1,0 +1,23 @@
+// The one place that maps the public structs to the internal launcher arguments, and the launch
+// sequences of the two passes. Called only with validated arguments on an sm_90 device.
+#pragma once
+
+#include "api/seqlens_rules.h"
+#include "api/workspace.h"
+#include "common/layout.h"
+#include "flamia/flamia.h"
+
+namespace flamia::api {
+
+PackedShape packed_shape(const flamia_problem& problem);
+SeqlensLimits seqlens_limits(const flamia_problem& problem);
+WorkspaceRequest forward_workspace_request(const flamia_forward_args& args);
+WorkspaceRequest backward_workspace_request(const flamia_backward_args& args);
+
+// Forward: seqlens check -> quantize -> forward kernel -> poison (on args.stream, no host sync).
+flamia_status dispatch_forward(const flamia_forward_args& args, const char* where);
+// Backward: seqlens check -> one quantize pass (forward and backward operands) -> backward
+// kernels -> poison.
+flamia_status dispatch_backward(const flamia_backward_args& args, const char* where);
+
+}  // namespace flamia::api

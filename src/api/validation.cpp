@@ -1,0 +1,427 @@
+// Host-side argument validation (validation.h has the order of the checks).
+#include "api/validation.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <utility>
+
+#include "api/dispatch.h"
+#include "api/errors.h"
+#include "api/seqlens_report.h"
+#include "api/workspace.h"
+#include "kernels/backward/backward.h"
+#include "kernels/forward/forward.h"
+
+namespace flamia::api {
+namespace {
+
+// Tensor data, LSE, stats and the smoothing vector: 16 bytes, the width of vector and TMA
+// accesses. cu_seqlens only need int32 alignment (the kernels read single entries), so slices
+// of a larger cu_seqlens tensor stay usable.
+constexpr size_t kTensorAlignment = 16;
+constexpr size_t kSeqlensAlignment = alignof(int32_t);
+constexpr int64_t kBf16Bytes = 2;
+constexpr int64_t kStrideMultiple = int64_t(kTensorAlignment) / kBf16Bytes;  // 8 elements
+// Head dims the API can describe; each is offered only when the kernels report support.
+constexpr int kCandidateHeadDims[] = {64, 128, 256};
+constexpr int kHeadDimNotYetImplemented = 256;
+constexpr int kSoftmaxStatsPerRow = 2;  // {M, l}
+
+bool is_aligned(const void* pointer, size_t alignment) {
+  return reinterpret_cast<uintptr_t>(pointer) % alignment == 0;
+}
+
+// The raw value of a C enum field: a C caller can store any int there, and C++ may assume an
+// enum holds only its enumerators' range, so read the bytes instead of comparing the enum.
+template <typename Enum>
+int raw_enum(const Enum& value) {
+  static_assert(sizeof(Enum) == sizeof(int), "C enums are int-sized on supported ABIs");
+  int raw = 0;
+  std::memcpy(&raw, &value, sizeof raw);
+  return raw;
+}
+
+flamia_status invalid(const char* where, const char* field, int value, const char* rule) {
+  return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: %s (%d) %s", where, field, value, rule);
+}
+
+flamia_status check_sizes(const flamia_problem& p, const char* where) {
+  if (p.batch < 1) return invalid(where, "problem.batch", p.batch, "must be at least 1");
+  if (p.batch == std::numeric_limits<int32_t>::max()) {
+    return invalid(where, "problem.batch", p.batch,
+                   "is too large: cu_seqlens hold batch + 1 int32 entries");
+  }
+  if (p.total_q < 0) {
+    return invalid(where, "problem.total_q", p.total_q, "must not be negative (0: no queries)");
+  }
+  if (p.total_k < 0) {
+    return invalid(where, "problem.total_k", p.total_k, "must not be negative (0: no keys)");
+  }
+  if (p.heads_q < 1) return invalid(where, "problem.heads_q", p.heads_q, "must be at least 1");
+  if (p.heads_kv < 1) return invalid(where, "problem.heads_kv", p.heads_kv, "must be at least 1");
+  if (p.heads_q % p.heads_kv != 0) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+                "%s: problem.heads_q (%d) must be a multiple of problem.heads_kv (%d) (GQA/MQA)",
+                where, p.heads_q, p.heads_kv);
+  }
+  if (p.head_dim < 1) return invalid(where, "problem.head_dim", p.head_dim, "must be positive");
+  if (p.max_seqlen_q < 1) {
+    return invalid(where, "problem.max_seqlen_q", p.max_seqlen_q, "must be at least 1");
+  }
+  if (p.max_seqlen_k < 1) {
+    return invalid(where, "problem.max_seqlen_k", p.max_seqlen_k, "must be at least 1");
+  }
+  return FLAMIA_OK;
+}
+
+flamia_status check_options(const flamia_problem& p, const char* where) {
+  if (!std::isfinite(p.softmax_scale) || !(p.softmax_scale > 0.0f)) {
+    return fail(
+        FLAMIA_ERROR_INVALID_ARGUMENT,
+        "%s: problem.softmax_scale (%g) must be finite and positive (e.g. 1/sqrt(head_dim))", where,
+        double(p.softmax_scale));
+  }
+  if (p.causal != 0 && p.causal != 1) {
+    return invalid(where, "problem.causal", p.causal, "must be 0 or 1");
+  }
+  const int scale_mode = raw_enum(p.scale_mode);
+  if (scale_mode != FLAMIA_SCALE_EXACT && scale_mode != FLAMIA_SCALE_BLOCK32) {
+    return invalid(where, "problem.scale_mode", scale_mode,
+                   "is not a flamia_scale_mode (FLAMIA_SCALE_EXACT or FLAMIA_SCALE_BLOCK32)");
+  }
+  const int smoothing = raw_enum(p.key_smoothing);
+  if (smoothing != FLAMIA_SMOOTH_NONE && smoothing != FLAMIA_SMOOTH_FIRST_KEY &&
+      smoothing != FLAMIA_SMOOTH_VECTOR) {
+    return invalid(where, "problem.key_smoothing", smoothing,
+                   "is not a flamia_key_smoothing (NONE, FIRST_KEY or VECTOR)");
+  }
+  return FLAMIA_OK;
+}
+
+flamia_status check_backward_options(const flamia_backward_args& a, const char* where) {
+  const int precision = raw_enum(a.precision);
+  if (precision != FLAMIA_PRECISION_FP8 && precision != FLAMIA_PRECISION_FP8_BF16GRAD) {
+    return invalid(where, "precision", precision,
+                   "is not a flamia_precision (FLAMIA_PRECISION_FP8 or "
+                   "FLAMIA_PRECISION_FP8_BF16GRAD)");
+  }
+  if (a.deterministic != 0 && a.deterministic != 1) {
+    return invalid(where, "deterministic", a.deterministic, "must be 0 or 1");
+  }
+  return FLAMIA_OK;
+}
+
+flamia_status check_head_dim_supported(int head_dim, bool (*kernel_supports)(int),
+                                       const char* kernel, const char* where) {
+  bool candidate = false;
+  char supported[64] = "";  // "64, 128"
+  size_t length = 0;
+  for (int d : kCandidateHeadDims) {
+    candidate = candidate || d == head_dim;
+    if (kernel_supports(d)) {
+      length += size_t(std::snprintf(supported + length, sizeof supported - length, "%s%d",
+                                     length == 0 ? "" : ", ", d));
+    }
+  }
+  if (candidate && kernel_supports(head_dim)) return FLAMIA_OK;
+  const char* list = length == 0 ? "none" : supported;
+  if (head_dim == kHeadDimNotYetImplemented) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: problem.head_dim 256 is not supported yet: the %s kernels implement head "
+                "dims %s",
+                where, kernel, list);
+  }
+  return fail(FLAMIA_ERROR_UNSUPPORTED,
+              "%s: problem.head_dim %d is not supported: the %s kernels implement head dims %s",
+              where, head_dim, kernel, list);
+}
+
+flamia_status check_causal_totals(const flamia_problem& p, const char* where) {
+  if (p.causal != 0 && p.total_q != p.total_k) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: causal attention with problem.total_q (%d) != problem.total_k (%d) is not "
+                "supported: every causal document needs equal query and key lengths",
+                where, p.total_q, p.total_k);
+  }
+  return FLAMIA_OK;
+}
+
+flamia_status check_seqlens_pointer(const int32_t* pointer, const char* name, bool required,
+                                    const char* where) {
+  if (pointer == nullptr) {
+    if (!required) return FLAMIA_OK;
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+                "%s: %s is NULL (a device array of problem.batch + 1 int32)", where, name);
+  }
+  if (!is_aligned(pointer, kSeqlensAlignment)) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: %s (%p) must be %zu-byte aligned (int32)",
+                where, name, static_cast<const void*>(pointer), kSeqlensAlignment);
+  }
+  return FLAMIA_OK;
+}
+
+flamia_status check_problem_pointers(const flamia_problem& p, const char* where) {
+  flamia_status status = check_seqlens_pointer(p.cu_seqlens_q, "problem.cu_seqlens_q", true, where);
+  if (status == FLAMIA_OK) {
+    status = check_seqlens_pointer(p.cu_seqlens_k, "problem.cu_seqlens_k", true, where);
+  }
+  if (status == FLAMIA_OK) {
+    status = check_seqlens_pointer(p.host_cu_seqlens_q, "problem.host_cu_seqlens_q", false, where);
+  }
+  if (status == FLAMIA_OK) {
+    status = check_seqlens_pointer(p.host_cu_seqlens_k, "problem.host_cu_seqlens_k", false, where);
+  }
+  if (status != FLAMIA_OK) return status;
+
+  const bool wants_vector = raw_enum(p.key_smoothing) == FLAMIA_SMOOTH_VECTOR;
+  if (wants_vector && p.key_smoothing_vector == nullptr) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+                "%s: problem.key_smoothing is FLAMIA_SMOOTH_VECTOR but "
+                "problem.key_smoothing_vector is NULL (needs a device (heads_kv, head_dim) FP32 "
+                "array)",
+                where);
+  }
+  if (!wants_vector && p.key_smoothing_vector != nullptr) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+                "%s: problem.key_smoothing_vector is set but problem.key_smoothing is not "
+                "FLAMIA_SMOOTH_VECTOR; the vector would be ignored",
+                where);
+  }
+  if (wants_vector && !is_aligned(p.key_smoothing_vector, kTensorAlignment)) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+                "%s: problem.key_smoothing_vector (%p) must be %zu-byte aligned", where,
+                static_cast<const void*>(p.key_smoothing_vector), kTensorAlignment);
+  }
+  return FLAMIA_OK;
+}
+
+// A BF16 (tokens, heads, head_dim) tensor. Empty tensors are never accessed: their data may be
+// NULL and their strides are not checked. Outputs must not overlap themselves (two rows written
+// to the same bytes would race); inputs may.
+struct TensorCheck {
+  const char* name;
+  int tokens;
+  int heads;
+  bool output;
+};
+
+flamia_status check_stride(int64_t stride, const char* tensor, const char* field,
+                           const char* where) {
+  if (stride <= 0) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: %s.%s (%lld) must be positive", where, tensor,
+                field, static_cast<long long>(stride));
+  }
+  if (stride % kStrideMultiple != 0) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+                "%s: %s.%s (%lld elements = %lld bytes) must be a multiple of %lld elements "
+                "(%zu bytes)",
+                where, tensor, field, static_cast<long long>(stride),
+                static_cast<long long>(stride * kBf16Bytes),
+                static_cast<long long>(kStrideMultiple), kTensorAlignment);
+  }
+  return FLAMIA_OK;
+}
+
+// Rows of head_dim contiguous elements are disjoint when, ordering the two dimensions by stride
+// (ignoring a dimension of size 1), the inner stride covers a row and the outer stride covers
+// all rows of the inner dimension.
+bool rows_overlap(const flamia_tensor& t, int tokens, int heads, int head_dim) {
+  struct Dim {
+    int64_t stride;
+    int64_t count;
+  };
+  Dim dims[2] = {{t.token_stride, tokens}, {t.head_stride, heads}};
+  if (dims[0].stride > dims[1].stride) std::swap(dims[0], dims[1]);
+  int64_t covered = head_dim;  // elements one step along the next dimension must clear
+  for (const Dim& dim : dims) {
+    if (dim.count <= 1) continue;
+    if (dim.stride < covered) return true;
+    covered = dim.stride * dim.count;
+  }
+  return false;
+}
+
+flamia_status check_tensor(const flamia_tensor& t, const TensorCheck& c, int head_dim,
+                           const char* where) {
+  if (c.tokens == 0) return FLAMIA_OK;
+  if (t.data == nullptr) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: %s.data is NULL", where, c.name);
+  }
+  if (!is_aligned(t.data, kTensorAlignment)) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: %s.data (%p) must be %zu-byte aligned", where,
+                c.name, t.data, kTensorAlignment);
+  }
+  flamia_status status = check_stride(t.token_stride, c.name, "token_stride", where);
+  if (status == FLAMIA_OK) status = check_stride(t.head_stride, c.name, "head_stride", where);
+  if (status != FLAMIA_OK) return status;
+  if (c.output && rows_overlap(t, c.tokens, c.heads, head_dim)) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+                "%s: %s rows overlap (token_stride %lld, head_stride %lld for %d tokens x %d "
+                "heads of head_dim %d); an output must not alias itself",
+                where, c.name, static_cast<long long>(t.token_stride),
+                static_cast<long long>(t.head_stride), c.tokens, c.heads, head_dim);
+  }
+  return FLAMIA_OK;
+}
+
+flamia_status check_tensors(
+    std::initializer_list<std::pair<const flamia_tensor*, TensorCheck>> list, int head_dim,
+    const char* where) {
+  for (const auto& [tensor, check] : list) {
+    const flamia_status status = check_tensor(*tensor, check, head_dim, where);
+    if (status != FLAMIA_OK) return status;
+  }
+  return FLAMIA_OK;
+}
+
+// A dense FP32 array of `count` elements (LSE, softmax stats).
+flamia_status check_floats(const float* data, int64_t count, bool required, const char* name,
+                           const char* requirement, const char* where) {
+  if (count == 0) return FLAMIA_OK;
+  if (data == nullptr) {
+    if (!required) return FLAMIA_OK;
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: %s is NULL (%s)", where, name, requirement);
+  }
+  if (!is_aligned(data, kTensorAlignment)) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: %s (%p) must be %zu-byte aligned", where, name,
+                static_cast<const void*>(data), kTensorAlignment);
+  }
+  return FLAMIA_OK;
+}
+
+flamia_status check_workspace(const void* workspace, size_t bytes, size_t required,
+                              const char* size_query, const char* where) {
+  if (workspace == nullptr) {
+    return fail(FLAMIA_ERROR_WORKSPACE,
+                "%s: workspace is NULL; this problem needs %zu bytes (ask %s)", where, required,
+                size_query);
+  }
+  if (!is_aligned(workspace, kWorkspaceAlignment)) {
+    return fail(FLAMIA_ERROR_WORKSPACE, "%s: workspace (%p) must be %zu-byte aligned", where,
+                workspace, kWorkspaceAlignment);
+  }
+  if (bytes < required) {
+    return fail(FLAMIA_ERROR_WORKSPACE,
+                "%s: workspace_bytes (%zu) is too small: this problem needs %zu bytes (ask %s)",
+                where, bytes, required, size_query);
+  }
+  return FLAMIA_OK;
+}
+
+flamia_status check_host_seqlens(const flamia_problem& p, const char* where) {
+  const int32_t* host_q = p.host_cu_seqlens_q;
+  const int32_t* host_k = p.host_cu_seqlens_k;
+  if (host_q == nullptr && host_k == nullptr) return FLAMIA_OK;
+  const SeqlensLimits limits = seqlens_limits(p);
+  ViolationKey first = kNoViolation;
+  if (host_q != nullptr) {
+    first = first_violation(first, check_seqlens_ends(host_q, kSeqlensQ, p.batch, p.total_q));
+  }
+  if (host_k != nullptr) {
+    first = first_violation(first, check_seqlens_ends(host_k, kSeqlensK, p.batch, p.total_k));
+  }
+  for (int32_t doc = 0; doc < p.batch; ++doc) {
+    first = first_violation(first, check_seqlens_document(host_q, host_k, doc, limits));
+  }
+  if (first == kNoViolation) return FLAMIA_OK;
+  return fail_seqlens(where, describe_violation(first, host_q, host_k, limits),
+                      "problem.host_cu_seqlens_q", "problem.host_cu_seqlens_k");
+}
+
+int64_t rows(const flamia_problem& p) {
+  return int64_t(p.heads_q) * p.total_q;
+}
+
+}  // namespace
+
+flamia_status validate_forward_problem(const flamia_forward_args& a, const char* where) {
+  const flamia_problem& p = a.problem;
+  flamia_status status = check_sizes(p, where);
+  if (status == FLAMIA_OK) status = check_options(p, where);
+  if (status == FLAMIA_OK) {
+    status = check_head_dim_supported(p.head_dim, forward_supports_head_dim, "forward", where);
+  }
+  if (status == FLAMIA_OK) status = check_causal_totals(p, where);
+  return status;
+}
+
+flamia_status validate_backward_problem(const flamia_backward_args& a, const char* where) {
+  const flamia_problem& p = a.problem;
+  flamia_status status = check_sizes(p, where);
+  if (status == FLAMIA_OK) status = check_options(p, where);
+  if (status == FLAMIA_OK) status = check_backward_options(a, where);
+  if (status == FLAMIA_OK) {
+    status = check_head_dim_supported(p.head_dim, backward_supports_head_dim, "backward", where);
+  }
+  if (status == FLAMIA_OK) status = check_causal_totals(p, where);
+  return status;
+}
+
+flamia_status validate_forward_args(const flamia_forward_args* args, const char* where) {
+  if (args == nullptr) return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: args is NULL", where);
+  const flamia_forward_args& a = *args;
+  const flamia_problem& p = a.problem;
+  flamia_status status = validate_forward_problem(a, where);
+  if (status == FLAMIA_OK) status = check_problem_pointers(p, where);
+  if (status == FLAMIA_OK) {
+    status = check_tensors({{&a.q, {"q", p.total_q, p.heads_q, false}},
+                            {&a.k, {"k", p.total_k, p.heads_kv, false}},
+                            {&a.v, {"v", p.total_k, p.heads_kv, false}},
+                            {&a.o, {"o", p.total_q, p.heads_q, true}}},
+                           p.head_dim, where);
+  }
+  if (status == FLAMIA_OK) {
+    status = check_floats(a.lse, rows(p), true, "lse", "FP32 (heads_q, total_q) output", where);
+  }
+  if (status == FLAMIA_OK) {
+    status = check_floats(a.softmax_stats, rows(p) * kSoftmaxStatsPerRow, false, "softmax_stats",
+                          "optional", where);
+  }
+  if (status == FLAMIA_OK) {
+    const size_t required = layout_workspace(forward_workspace_request(a), nullptr).bytes;
+    status = check_workspace(a.workspace, a.workspace_bytes, required,
+                             "flamia_forward_workspace_size", where);
+  }
+  if (status == FLAMIA_OK) status = check_host_seqlens(p, where);
+  return status;
+}
+
+flamia_status validate_backward_args(const flamia_backward_args* args, const char* where) {
+  if (args == nullptr) return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: args is NULL", where);
+  const flamia_backward_args& a = *args;
+  const flamia_problem& p = a.problem;
+  flamia_status status = validate_backward_problem(a, where);
+  if (status == FLAMIA_OK) status = check_problem_pointers(p, where);
+  if (status == FLAMIA_OK) {
+    status = check_tensors({{&a.q, {"q", p.total_q, p.heads_q, false}},
+                            {&a.k, {"k", p.total_k, p.heads_kv, false}},
+                            {&a.v, {"v", p.total_k, p.heads_kv, false}},
+                            {&a.o, {"o", p.total_q, p.heads_q, false}},
+                            {&a.d_o, {"d_o", p.total_q, p.heads_q, false}},
+                            {&a.dq, {"dq", p.total_q, p.heads_q, true}},
+                            {&a.dk, {"dk", p.total_k, p.heads_kv, true}},
+                            {&a.dv, {"dv", p.total_k, p.heads_kv, true}}},
+                           p.head_dim, where);
+  }
+  // lse is not read: the backward takes M and l from softmax_stats.
+  if (status == FLAMIA_OK) {
+    status = check_floats(a.softmax_stats, rows(p) * kSoftmaxStatsPerRow, true, "softmax_stats",
+                          "the backward needs the forward's {M, l}: pass softmax_stats to "
+                          "flamia_forward",
+                          where);
+  }
+  if (status == FLAMIA_OK) {
+    const size_t required = layout_workspace(backward_workspace_request(a), nullptr).bytes;
+    status = check_workspace(a.workspace, a.workspace_bytes, required,
+                             "flamia_backward_workspace_size", where);
+  }
+  if (status == FLAMIA_OK) status = check_host_seqlens(p, where);
+  return status;
+}
+
+}  // namespace flamia::api

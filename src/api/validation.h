@@ -1,0 +1,31 @@
+// Host-side argument validation of the C API. Every check returns at once with a status and a
+// message naming the offending argument (errors.h). Nothing here touches a GPU, so every
+// argument error is reachable (and tested) on machines without one.
+//
+// Order (the first failing check is reported):
+//   1. args (and the size query's output pointer) non-null
+//   2. the problem's scalars: batch, totals, heads, head_dim > 0, max_seqlens, softmax_scale,
+//      causal flag, enums (and the backward's precision and deterministic flag)  [INVALID_ARGUMENT]
+//   3. what flamia does not implement: head dims the kernels lack, causal with
+//      total_q != total_k                                                          [UNSUPPORTED]
+//   4. the problem's pointers: cu_seqlens, host copies, key smoothing vector   [INVALID_ARGUMENT]
+//   5. tensors: data, 16-byte alignment, strides, self-overlapping outputs, LSE, softmax stats
+//                                                                              [INVALID_ARGUMENT]
+//   6. workspace: NULL, not 256-byte aligned, too small                       [WORKSPACE]
+//   7. host cu_seqlens contents, when given                                   [INVALID_SEQLENS]
+// The entry points then return early for empty problems and check the device (device.h).
+#pragma once
+
+#include "flamia/flamia.h"
+
+namespace flamia::api {
+
+// Steps 2-3: all a workspace size query or a path description needs (no pointer is read).
+flamia_status validate_forward_problem(const flamia_forward_args& args, const char* where);
+flamia_status validate_backward_problem(const flamia_backward_args& args, const char* where);
+
+// Steps 1-7.
+flamia_status validate_forward_args(const flamia_forward_args* args, const char* where);
+flamia_status validate_backward_args(const flamia_backward_args* args, const char* where);
+
+}  // namespace flamia::api

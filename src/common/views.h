@@ -1,0 +1,35 @@
+// Non-owning views of caller tensors and the option enums the kernels take.
+#pragma once
+
+#include <cstdint>
+
+namespace flamia {
+
+// A BF16 (tokens, heads, head_dim) tensor; strides in elements, head_dim contiguous.
+struct Bf16View {
+  const void* data = nullptr;
+  int64_t token_stride = 0;
+  int64_t head_stride = 0;
+};
+struct Bf16MutableView {
+  void* data = nullptr;
+  int64_t token_stride = 0;
+  int64_t head_stride = 0;
+};
+
+enum class ScaleMode { kExact = 0, kBlock32 = 1 };
+enum class KeySmoothing { kNone = 0, kFirstKey = 1, kVector = 2 };
+enum class BackwardPrecision { kFp8 = 0, kFp8Bf16Grad = 1 };
+
+// Device-side status word (first bytes of every workspace). Non-zero: cu_seqlens were found
+// invalid on the device; kernels then skip their work and outputs are poisoned with NaN.
+enum DeviceStatus : int32_t {
+  kDeviceStatusOk = 0,
+  kDeviceStatusSeqlensNotStartingAtZero = 1,
+  kDeviceStatusSeqlensDecreasing = 2,
+  kDeviceStatusSeqlensTotalMismatch = 3,
+  kDeviceStatusSeqlensAboveMax = 4,
+  kDeviceStatusCausalLengthMismatch = 5,
+};
+
+}  // namespace flamia

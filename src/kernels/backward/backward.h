@@ -1,0 +1,34 @@
+// The FP8 backward attention kernels (sm_90a), numerically matched to the forward.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/layout.h"
+#include "common/views.h"
+
+namespace flamia {
+
+struct BackwardKernelArgs {
+  PackedShape shape;
+  float softmax_scale = 1.0f;
+  BackwardPrecision precision = BackwardPrecision::kFp8;
+  bool deterministic = false;
+  ForwardOperands fwd;   // Q̂, K̂, V̂ᵀ as the forward read them
+  BackwardOperands bwd;  // Q̂ᵀ, K̂cᵀ, V̂, dÔ, dO''ᵀ, D
+  Bf16View q, k, v, d_o;  // BF16 inputs (for precision kFp8Bf16Grad)
+  const float* softmax_stats = nullptr;  // [heads_q][total_q][2] = {M, l}
+  Bf16MutableView dq, dk, dv;
+  const int32_t* device_status = nullptr;
+  void* scratch = nullptr;  // backward_scratch_bytes(shape, deterministic)
+  // Debug hook (tests only; keep problems small): when set, [heads_q][total_q][total_k] FP32
+  // that receives, for every visible (query, key) pair, the real value of the backward's P̂:
+  // e4m3_decode(P̂_ij) * 2^(M_i - 8) with the saved M_i (exact in FP32). A forward writing
+  // e4m3_decode(P̂_ij) * 2^(M_running - 8) compares with it directly. Masked pairs: not written.
+  float* debug_p_hat = nullptr;
+};
+
+size_t backward_scratch_bytes(const PackedShape& shape, bool deterministic);
+bool backward_supports_head_dim(int head_dim);
+cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream);
+
+}  // namespace flamia

@@ -1,0 +1,52 @@
+// Compile-time shape of the backward kernel: tiles, thread roles, MMA steps. The one place to
+// tune them.
+//
+// One CTA per (KV head, 128-key tile of one document). Two consumer warpgroups each own 64 keys
+// of the tile (wgmma M = 64): they hold the dK and dV accumulators of their keys in registers
+// for the whole CTA, across every query tile and every query head of the KV group.
+#pragma once
+
+namespace flamia::backward {
+
+constexpr int kWarpgroupThreads = 128;
+constexpr int kConsumerWarpgroups = 2;
+constexpr int kThreads = kWarpgroupThreads * kConsumerWarpgroups;
+constexpr int kWarpSize = 32;
+constexpr int kWarps = kThreads / kWarpSize;
+constexpr int kWarpsPerWarpgroup = kWarpgroupThreads / kWarpSize;
+
+// Keys per CTA: the 128-key tile-aligned block of dQ's dS scale (docs/numerics.md §5.7).
+constexpr int kBlockN = 128;
+constexpr int kKeysPerWarpgroup = kBlockN / kConsumerWarpgroups;  // wgmma M
+// Queries per tile: the 64-query tile-aligned block of dK's dS scale (§5.8) and of dO''.
+constexpr int kBlockM = 64;
+
+constexpr int kFp8MmaK = 32;   // K of an FP8 wgmma (bytes)
+constexpr int kBf16MmaK = 16;  // K of a BF16 wgmma (elements = 32 bytes)
+constexpr int kMmaKBytes = 32;  // both: one k step advances a K-major operand by 32 bytes
+
+// K-major tiles whose rows are longer than one 128-byte swizzle atom are stored as panels of
+// 128-byte rows (a BF16 row of 128 elements = two panels).
+constexpr int kPanelBytes = 128;
+constexpr int kBf16PerPanel = kPanelBytes / 2;
+constexpr int kTileAlignment = 1024;  // 128B-swizzle pattern period; tile bases sit on it
+
+// Accumulator registers per thread of an m64nN wgmma.
+constexpr int accumulator_registers(int n) { return n / 2; }
+constexpr int kScoreRegisters = accumulator_registers(kBlockM);  // Sᵀ, dPᵀ: m64n64
+
+constexpr int kBytesPerVector = 16;  // cooperative loads move 16-byte vectors
+
+template <int kHeadDim>
+struct BackwardTile {
+  static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with a backward kernel");
+  static constexpr int kD = kHeadDim;
+  static constexpr int kGradRegisters = accumulator_registers(kHeadDim);  // dK, dV: m64nD
+  // dQ of a query tile: each warpgroup computes half of the head dim over all 128 keys.
+  static constexpr int kDqColumns = kHeadDim / kConsumerWarpgroups;
+  static constexpr int kDqRegisters = accumulator_registers(kDqColumns);
+  static constexpr int kFp8RowBytes = kHeadDim;  // Q̂, K̂, V̂, dÔ rows: 64B or 128B swizzle
+  static constexpr int kBf16Panels = kHeadDim / kBf16PerPanel;  // BF16 rows of D elements
+};
+
+}  // namespace flamia::backward

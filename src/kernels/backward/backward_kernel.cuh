@@ -1,0 +1,376 @@
+// The backward kernel (docs/numerics.md §5) for sm_90a.
+//
+// Grid: x = document * key_tiles_per_doc + key tile, y = KV head. One CTA of two consumer
+// warpgroups per (KV head, 128-key tile starting at floor16(k_start) + n * 128); warpgroup w
+// owns keys 64w .. 64w + 63 of the tile. For every query tile (64 queries from
+// floor16(q_start) + m * 64; causal: from the first that sees the key tile) and every query
+// head of the KV group, one step:
+//   Sᵀ  = K̂ Q̂ᵀ                (FP8 SS; bitwise the forward's S)
+//   P̂ᵀ  = e4m3(exp2(t - M + 8)) (the forward's op sequence and saved M)
+//   dPᵀ = V̂ dÔᵀ (FP8 SS) or V dOᵀ (BF16 SS)
+//   dSᵀ = P ∘ (dPᵀ - D)
+//   dV += P̂ᵀ dÔ''             (FP8 RS, A from registers)
+//   dK += Ĥᵀ Q̂ (FP8 RS) or dSᵀ Q (BF16 RS)
+//   dQ partial = Ĝ K̂c (FP8 SS, Ĝ transposed through shared memory) or dS K (BF16 SS),
+//   added to the FP32 dQ buffer (atomics, or in key-tile order when deterministic).
+// dK and dV stay in registers across the whole CTA and are written once, as BF16.
+//
+// This is the plain first version: cooperative (non-TMA) loads, no warp specialization, no
+// pipelining between steps.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "common/fp8_numerics.h"
+#include "common/views.h"
+#include "kernels/backward/backward_config.h"
+#include "kernels/backward/backward_params.h"
+#include "kernels/backward/dq_accumulate.cuh"
+#include "kernels/backward/mma.cuh"
+#include "kernels/backward/score_gradient.cuh"
+#include "kernels/backward/shared_storage.cuh"
+#include "kernels/backward/tile_factors.cuh"
+#include "kernels/backward/tile_geometry.cuh"
+#include "kernels/backward/tile_loads.cuh"
+#include "kernels/hopper/sync.cuh"
+#include "kernels/hopper/wgmma.cuh"
+
+namespace flamia::backward {
+
+// ---- loads --------------------------------------------------------------------------------------
+
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void load_key_tiles(BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                               const BackwardParams& p, const KeyTileItem& item) {
+  const TokenRange keys{item.span.k_start, item.span.k_end};
+  const int64_t pitch = int64_t(p.heads_kv) * kHeadDim;
+  const int g = item.kv_head;
+  load_fp8_rows<kBlockN, kHeadDim>(smem.k, p.k + int64_t(g) * kHeadDim, pitch, item.key0, keys);
+  if constexpr (kBf16Grad) {
+    load_bf16_rows<kBlockN, kHeadDim>(smem.v16, p.v16, g, item.key0, keys);
+    load_bf16_transposed<kBlockN, kHeadDim>(smem.k16_t, p.k16, g, item.key0, keys);
+  } else {
+    load_fp8_rows<kBlockN, kHeadDim>(smem.v, p.v + int64_t(g) * kHeadDim, pitch, item.key0, keys);
+    load_fp8_token_major<kHeadDim, kBlockN, /*permuted=*/false>(
+        smem.k_centered_t, p.k_centered_t + int64_t(g) * kHeadDim * p.padded_k, p.padded_k,
+        item.key0, keys);
+  }
+}
+
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void load_query_tiles(BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                                 const BackwardParams& p, const KeyTileItem& item,
+                                                 int head, int q0) {
+  const TokenRange queries{item.span.q_start, item.span.q_end};
+  const int64_t pitch = int64_t(p.heads_q) * kHeadDim;
+  const int64_t token_major_head = int64_t(head) * kHeadDim * p.padded_q;
+  load_fp8_rows<kBlockM, kHeadDim>(smem.q, p.q + int64_t(head) * kHeadDim, pitch, q0, queries);
+  load_fp8_token_major<kHeadDim, kBlockM, /*permuted=*/true>(
+      smem.d_o_scaled_t, p.d_o_scaled_t + token_major_head, p.padded_q, q0, queries);
+  if constexpr (kBf16Grad) {
+    load_bf16_rows<kBlockM, kHeadDim>(smem.d_o16, p.d_o16, head, q0, queries);
+    load_bf16_transposed<kBlockM, kHeadDim>(smem.q16_t, p.q16, head, q0, queries);
+  } else {
+    load_fp8_rows<kBlockM, kHeadDim>(smem.d_o, p.d_o + int64_t(head) * kHeadDim, pitch, q0,
+                                     queries);
+    load_fp8_token_major<kHeadDim, kBlockM, /*permuted=*/true>(smem.q_t, p.q_t + token_major_head,
+                                                               p.padded_q, q0, queries);
+  }
+  load_query_factors(smem.query, p, item, head, q0);
+}
+
+// ---- products ---------------------------------------------------------------------------------
+
+// Sᵀ of the warpgroup's 64 keys against the tile's 64 queries and the first half of dPᵀ
+// (queries 0..31), or the second half of dPᵀ alone. Committed, not waited for.
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void mma_score_gradient_half(float (&dp)[kHalfScoreRegisters],
+                                                        BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                                        int key_row0, int half) {
+  constexpr int kHalfColumns = kBlockM / kScoreHalves;
+  if constexpr (kBf16Grad) {
+    const uint8_t* d_o = smem.d_o16 + half * kHalfColumns * kPanelBytes;
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / kBf16MmaK; ++kk)
+      mma_bf16_ss<kHalfColumns>(
+          dp, paneled_desc(smem.v16 + key_row0 * kPanelBytes, kBlockN * kPanelBytes, kk),
+          paneled_desc(d_o, kBlockM * kPanelBytes, kk), kk > 0);
+  } else {
+    const uint8_t* d_o = smem.d_o + half * kHalfColumns * kHeadDim;
+#pragma unroll
+    for (int kk = 0; kk < kHeadDim / kFp8MmaK; ++kk)
+      mma_fp8_ss<kHalfColumns>(dp, fp8_desc<kHeadDim>(smem.v + key_row0 * kHeadDim, kk),
+                               fp8_desc<kHeadDim>(d_o, kk), kk > 0);
+  }
+}
+
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void mma_scores(float (&s)[kScoreRegisters],
+                                           BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                           int key_row0) {
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / kFp8MmaK; ++kk)
+    mma_fp8_ss<kBlockM>(s, fp8_desc<kHeadDim>(smem.k + key_row0 * kHeadDim, kk),
+                        fp8_desc<kHeadDim>(smem.q, kk), kk > 0);
+}
+
+// dV += P̂ᵀ dÔ'' (64 queries = 2 k32 steps; B = dÔ''ᵀ [d][query], 64-byte rows). Not committed.
+template <int kHeadDim>
+__device__ __forceinline__ void mma_value_gradient(float (&dv)[kHeadDim / 2],
+                                                   const uint32_t (&p_hat)[kBlockM / kFp8MmaK][4],
+                                                   const uint8_t* d_o_scaled_t) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockM / kFp8MmaK; ++kk)
+    mma_fp8_rs<kHeadDim>(dv, p_hat[kk], fp8_desc<kBlockM>(d_o_scaled_t, kk), 1);
+}
+
+// ---- the step ---------------------------------------------------------------------------------
+
+// Per-thread state that lives across the whole CTA.
+template <int kHeadDim>
+struct KeyGradientState {
+  float dv[kHeadDim / 2];  // in units of 2^dv_unit (see below)
+  float dk[kHeadDim / 2];  // row r in units of 2^dk_unit[r] (FP8) or 1 (BF16grad)
+  // dÔ'' carries one scale 2^ew per (head, 64-query block): a factor along dV's reduction that
+  // changes from step to step. It cannot be folded into P̂ (that would change the forward's
+  // P̂), so the dV accumulator is kept in units of the current step's 2^ew: when ew changes, the
+  // whole accumulator is multiplied by 2^(old - new) (exact, a power of two) before the step's
+  // product is added with weight 1. The final dV is acc * 2^dv_unit * 2^-ev_j.
+  int dv_unit;
+  // dK likewise, per key row: Ĥ's exponent gk_j changes per (row, query tile, head).
+  int dk_unit[kRowsPerThread];
+};
+
+template <int kRegisters>
+__device__ __forceinline__ void rescale_rows(float (&acc)[kRegisters], const float (&factor)[kRowsPerThread]) {
+#pragma unroll
+  for (int i = 0; i < kRegisters; ++i) acc[i] *= factor[register_row(i)];
+}
+
+// Debug hook: writes this step's P̂ for visible pairs as the real value it stands for,
+// e4m3_decode(P̂) * 2^(M_i - 8) (exact), so that passes with different offsets compare directly.
+__device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const KeyTileItem& item,
+                                                  const uint32_t (&p_hat)[kBlockM / kFp8MmaK][4],
+                                                  const KeyRowFactors& key, const QueryFactors& qf,
+                                                  const int (&tile_row)[kRowsPerThread], int head,
+                                                  int q0, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockM / kFp8MmaK; ++kk)
+#pragma unroll
+    for (int w = 0; w < 4; ++w)
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int i = fp8_operand_source_register(kk, w, b);
+        const int r = register_row(i);
+        const int col = register_column(lane, i);
+        if (key.visibility[r] > qf.visibility[col]) continue;
+        const uint8_t code = uint8_t(p_hat[kk][w] >> (8 * b));
+        const int64_t at = (int64_t(head) * p.total_q + q0 + col) * p.total_k + item.key0 + tile_row[r];
+        p.debug_p_hat[at] = e4m3_decode(code) * power_of_two(int(qf.offset[col]));
+      }
+}
+
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void backward_step(const BackwardParams& p, const KeyTileItem& item,
+                                              BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                              KeyGradientState<kHeadDim>& state,
+                                              const KeyRowFactors& key,
+                                              const int (&tile_row)[kRowsPerThread], int head,
+                                              int q0) {
+  using Tile = BackwardTile<kHeadDim>;
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  const int warp = (threadIdx.x / kWarpSize) % kWarpsPerWarpgroup;
+  const int lane = threadIdx.x % kWarpSize;
+  QueryFactors& qf = smem.query;
+
+  const int key_row0 = warpgroup * kKeysPerWarpgroup;
+  float s[kScoreRegisters];
+  float ds[kScoreRegisters];
+  {
+    float dp[kHalfScoreRegisters];
+    hopper::warpgroup_fence();
+    mma_scores<kHeadDim, kBf16Grad>(s, smem, key_row0);
+    mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, key_row0, 0);
+    hopper::warpgroup_commit();
+    hopper::warpgroup_wait<0>();
+    hopper::fence_registers(s);
+    hopper::fence_registers(dp);
+    rebuild_probabilities(s, key, qf, lane);
+    score_gradient_half<kBf16Grad, 0>(s, dp, ds, key, qf, lane);
+  }
+  uint32_t p_hat[kBlockM / kFp8MmaK][4];
+  accumulator_to_fp8_operand(s, p_hat);
+  if (p.debug_p_hat != nullptr)
+    write_debug_p_hat(p, item, p_hat, key, qf, tile_row, head, q0, lane);
+  {
+    float dp[kHalfScoreRegisters];
+    hopper::warpgroup_fence();
+    mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, key_row0, 1);
+    hopper::warpgroup_commit();
+    hopper::warpgroup_wait<0>();
+    hopper::fence_registers(dp);
+    score_gradient_half<kBf16Grad, 1>(s, dp, ds, key, qf, lane);
+  }
+
+  const int ew = qf.value_block_exp;
+  if (ew != state.dv_unit) {
+    const float factor[kRowsPerThread] = {power_of_two(state.dv_unit - ew),
+                                          power_of_two(state.dv_unit - ew)};
+    rescale_rows(state.dv, factor);
+    state.dv_unit = ew;
+  }
+
+  float dq[Tile::kDqRegisters];
+  const int dq_col0 = warpgroup * Tile::kDqColumns;
+  if constexpr (kBf16Grad) {
+    uint32_t a[kBlockM / kBf16MmaK][4];
+    accumulator_to_bf16_operand(ds, a);
+    hopper::warpgroup_fence();
+    mma_value_gradient<kHeadDim>(state.dv, p_hat, smem.d_o_scaled_t);
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / kBf16MmaK; ++kk)
+      mma_bf16_rs<kHeadDim>(state.dk, a[kk], paneled_desc(smem.q16_t, kHeadDim * kPanelBytes, kk), 1);
+    hopper::warpgroup_commit();
+
+    store_bf16_score_gradient(ds, lane, tile_row, smem.ds16);
+    hopper::fence_proxy_async_shared();
+    __syncthreads();
+    hopper::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / kBf16MmaK; ++kk)
+      mma_bf16_ss<Tile::kDqColumns>(
+          dq, paneled_desc(smem.ds16, kBlockM * kPanelBytes, kk),
+          paneled_desc(smem.k16_t + dq_col0 * kPanelBytes, kHeadDim * kPanelBytes, kk), kk > 0);
+  } else {
+    int gk[kRowsPerThread] = {state.dk_unit[0], state.dk_unit[1]};
+    uint32_t h[kBlockM / kFp8MmaK][4];
+    key_gradient_operand(ds, qf, lane, gk, h);
+    const float factor[kRowsPerThread] = {power_of_two(state.dk_unit[0] - gk[0]),
+                                          power_of_two(state.dk_unit[1] - gk[1])};
+    rescale_rows(state.dk, factor);
+    state.dk_unit[0] = gk[0];
+    state.dk_unit[1] = gk[1];
+    hopper::warpgroup_fence();
+    mma_value_gradient<kHeadDim>(state.dv, p_hat, smem.d_o_scaled_t);
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / kFp8MmaK; ++kk)
+      mma_fp8_rs<kHeadDim>(state.dk, h[kk], fp8_desc<kBlockM>(smem.q_t, kk), 1);
+    hopper::warpgroup_commit();
+
+    // dQ's per-(query, 128-key block) scale needs the amax over both warpgroups' keys.
+    query_gradient_column_amax(ds, key, lane, smem.column_amax[threadIdx.x / kWarpSize]);
+    __syncthreads();
+    query_gradient_block_scales(qf, smem.column_amax, p.softmax_scale);
+    __syncthreads();
+    store_query_gradient_operand(ds, key, qf, lane, tile_row, smem.g);
+    hopper::fence_proxy_async_shared();
+    __syncthreads();
+    hopper::warpgroup_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / kFp8MmaK; ++kk)
+      mma_fp8_ss<Tile::kDqColumns>(
+          dq, fp8_desc<kBlockN>(smem.g, kk),
+          fp8_desc<kBlockN>(smem.k_centered_t + dq_col0 * kBlockN, kk), kk > 0);
+  }
+  hopper::warpgroup_commit();
+  hopper::warpgroup_wait<0>();
+  hopper::fence_registers(state.dv);
+  hopper::fence_registers(state.dk);
+  hopper::fence_registers(dq);
+
+  const bool ordered = p.deterministic != 0;
+  int32_t* semaphore = ordered ? dq_semaphore(p, item, head, q0) : nullptr;
+  const int turn = blockIdx.x % p.key_tiles_per_doc;
+  if (ordered) wait_for_dq_turn(semaphore, turn);
+  add_dq_partial<kHeadDim>(p, dq, qf, head, q0, dq_col0, warp, lane, ordered);
+  if (ordered) pass_dq_turn(semaphore, turn + 1);
+}
+
+// ---- epilogue -----------------------------------------------------------------------------------
+
+// The key tile and the key factors are rebuilt from global memory here rather than kept live
+// across the main loop: registers are at their limit there (dK, dV, Sᵀ, dPᵀ).
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void write_key_gradients(const BackwardParams& p,
+                                                    const KeyGradientState<kHeadDim>& state,
+                                                    const int (&tile_row)[kRowsPerThread]) {
+  const int lane = threadIdx.x % kWarpSize;
+  const KeyTileItem item = key_tile_item(p);
+  const KeyRowFactors key = load_key_factors(p, item, tile_row);
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    if (key.visibility[r] == kKeyOutside) continue;
+    const int64_t j = item.key0 + tile_row[r];
+    const float dk_scale = kBf16Grad ? p.softmax_scale
+                                     : p.softmax_scale * power_of_two(state.dk_unit[r]);
+    const float dv_scale = power_of_two(state.dv_unit - key.value_exp[r]);
+    __nv_bfloat16* dk_row = static_cast<__nv_bfloat16*>(p.dk.data) + j * p.dk.token_stride +
+                            int64_t(item.kv_head) * p.dk.head_stride;
+    __nv_bfloat16* dv_row = static_cast<__nv_bfloat16*>(p.dv.data) + j * p.dv.token_stride +
+                            int64_t(item.kv_head) * p.dv.head_stride;
+#pragma unroll
+    for (int i = 0; i < kHeadDim / 2; i += 2) {
+      if (register_row(i) != r) continue;
+      const int d = register_column(lane, i);
+      *reinterpret_cast<__nv_bfloat162*>(dk_row + d) =
+          __floats2bfloat162_rn(state.dk[i] * dk_scale, state.dk[i + 1] * dk_scale);
+      *reinterpret_cast<__nv_bfloat162*>(dv_row + d) =
+          __floats2bfloat162_rn(state.dv[i] * dv_scale, state.dv[i + 1] * dv_scale);
+    }
+  }
+}
+
+// ---- kernel -------------------------------------------------------------------------------------
+
+template <int kHeadDim, bool kBf16Grad>
+__global__ void __launch_bounds__(kThreads, 1)
+    backward_kernel(const __grid_constant__ BackwardParams p) {
+  using Storage = BackwardStorage<kHeadDim, kBf16Grad>;
+  extern __shared__ uint8_t smem_raw[];
+  const uintptr_t base = reinterpret_cast<uintptr_t>(smem_raw);
+  Storage& smem = *reinterpret_cast<Storage*>((base + kTileAlignment - 1) &
+                                              ~uintptr_t(kTileAlignment - 1));
+
+  if (p.device_status != nullptr && *p.device_status != kDeviceStatusOk) return;
+  const KeyTileItem item = key_tile_item(p);
+  if (key_tile_is_empty(item)) return;
+
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  const int warp = (threadIdx.x / kWarpSize) % kWarpsPerWarpgroup;
+  const int lane = threadIdx.x % kWarpSize;
+  const int first_row = warpgroup * kKeysPerWarpgroup + 16 * warp + lane / 4;
+  const int tile_row[kRowsPerThread] = {first_row, first_row + 8};
+  const KeyRowFactors key = load_key_factors(p, item, tile_row);
+  load_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
+
+  KeyGradientState<kHeadDim> state;
+#pragma unroll
+  for (int i = 0; i < kHeadDim / 2; ++i) {
+    state.dv[i] = 0.0f;
+    state.dk[i] = 0.0f;
+  }
+  state.dv_unit = 0;
+  state.dk_unit[0] = 0;
+  state.dk_unit[1] = 0;
+
+  const bool causal = p.causal != 0;
+  // A document without queries has no query tile (floor16(q_start) may still lie below q_end).
+  const int q_begin = item.span.q_end > item.span.q_start ? floor_to_group(item.span.q_start)
+                                                          : item.span.q_end;
+  for (int q0 = q_begin; q0 < item.span.q_end; q0 += kBlockM) {
+    if (!query_tile_sees_key_tile(item, q0, causal)) continue;
+    for (int member = 0; member < p.group_size; ++member) {
+      const int head = item.kv_head * p.group_size + member;
+      __syncthreads();  // every reader of the previous step's query tiles and factors is done
+      load_query_tiles<kHeadDim, kBf16Grad>(smem, p, item, head, q0);
+      hopper::fence_proxy_async_shared();
+      __syncthreads();
+      backward_step<kHeadDim, kBf16Grad>(p, item, smem, state, key, tile_row, head, q0);
+    }
+  }
+  write_key_gradients<kHeadDim, kBf16Grad>(p, state, tile_row);
+}
+
+}  // namespace flamia::backward

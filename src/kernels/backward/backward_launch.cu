@@ -1,0 +1,137 @@
+// launch_backward: BackwardKernelArgs -> kernel parameters, scratch carving, and the launch
+// sequence on the caller's stream (no host synchronisation, graph-capturable):
+//   1. zero the FP32 dQ buffer (and the deterministic semaphores),
+//   2. the backward kernel (dK, dV written; dQ partials accumulated),
+//   3. the dQ post-pass (FP32 -> BF16 into the strided output).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "common/fp8_numerics.h"
+#include "common/layout.h"
+#include "kernels/backward/backward.h"
+#include "kernels/backward/backward_config.h"
+#include "kernels/backward/backward_kernel_launch.h"
+#include "kernels/backward/backward_params.h"
+#include "kernels/backward/dq_accumulate.cuh"
+
+namespace flamia {
+namespace {
+
+constexpr int kConvertThreads = 256;
+constexpr int kConvertMaxBlocks = 4096;
+
+size_t dq_accum_bytes(const PackedShape& s) {
+  return size_t(s.total_q) * s.heads_q * s.head_dim * sizeof(float);
+}
+size_t dq_semaphore_bytes(const PackedShape& s) {
+  return size_t(s.heads_q) * s.total_q * sizeof(int32_t);
+}
+
+// Key tiles per document: a document's tiles start at floor16(k_start), so up to 15 keys of the
+// previous document precede its first key in the first tile.
+int key_tiles_per_doc(const PackedShape& s) {
+  return (s.max_seqlen_k + kPermutationGroup - 1 + backward::kBlockN - 1) / backward::kBlockN;
+}
+
+backward::BackwardParams make_params(const BackwardKernelArgs& a, float* dq_accum,
+                                     int32_t* semaphores) {
+  const PackedShape& s = a.shape;
+  backward::BackwardParams p{};
+  p.cu_seqlens_q = s.cu_seqlens_q;
+  p.cu_seqlens_k = s.cu_seqlens_k;
+  p.batch = s.batch;
+  p.total_q = s.total_q;
+  p.total_k = s.total_k;
+  p.padded_q = int(padded_tokens(s.total_q));
+  p.padded_k = int(padded_tokens(s.total_k));
+  p.heads_q = s.heads_q;
+  p.heads_kv = s.heads_kv;
+  p.group_size = s.group_size();
+  p.key_tiles_per_doc = key_tiles_per_doc(s);
+  p.causal = s.causal ? 1 : 0;
+  p.deterministic = a.deterministic ? 1 : 0;
+  p.softmax_scale = a.softmax_scale;
+  p.scale_log2 = a.softmax_scale * kLog2e;  // the forward's expression: the same FP32 value
+  p.q = a.fwd.q.values;
+  p.q_exp = a.fwd.q.exponents;
+  p.k = a.fwd.k.values;
+  p.k_exp = a.fwd.k.exponents;
+  p.v = a.bwd.v.values;
+  p.v_exp = a.bwd.v.exponents != nullptr ? a.bwd.v.exponents : a.fwd.v_t.exponents;
+  p.d_o = a.bwd.d_o.values;
+  p.d_o_exp = a.bwd.d_o.exponents;
+  p.q_t = a.bwd.q_t.values;
+  p.k_centered_t = a.bwd.k_centered_t.values;
+  p.k_centered_exp = a.bwd.k_centered_t.exponents;
+  p.d_o_scaled_t = a.bwd.d_o_scaled_t.values;
+  p.d_o_scaled_exp = a.bwd.d_o_scaled_t.exponents;
+  p.delta = a.bwd.delta;
+  p.softmax_stats = a.softmax_stats;
+  p.q16 = a.q;
+  p.k16 = a.k;
+  p.v16 = a.v;
+  p.d_o16 = a.d_o;
+  p.dk = a.dk;
+  p.dv = a.dv;
+  p.dq_accum = dq_accum;
+  p.dq_semaphore = semaphores;
+  p.device_status = a.device_status;
+  p.debug_p_hat = a.debug_p_hat;
+  return p;
+}
+
+template <int kHeadDim>
+cudaError_t launch_for_head_dim(const BackwardKernelArgs& a, const backward::BackwardParams& p,
+                                cudaStream_t stream) {
+  const PackedShape& s = a.shape;
+  const bool bf16_grad = a.precision == BackwardPrecision::kFp8Bf16Grad;
+  if (p.key_tiles_per_doc > 0 && s.batch > 0 && s.heads_kv > 0) {
+    const dim3 grid(unsigned(s.batch) * unsigned(p.key_tiles_per_doc), unsigned(s.heads_kv));
+    const cudaError_t error =
+        bf16_grad ? backward::launch_backward_kernel<kHeadDim, true>(p, grid, stream)
+                  : backward::launch_backward_kernel<kHeadDim, false>(p, grid, stream);
+    if (error != cudaSuccess) return error;
+  }
+  const int64_t pairs = int64_t(s.total_q) * s.heads_q * (kHeadDim / 2);
+  if (pairs == 0) return cudaSuccess;
+  const int blocks = int(std::min<int64_t>((pairs + kConvertThreads - 1) / kConvertThreads,
+                                           kConvertMaxBlocks));
+  backward::convert_dq_kernel<kHeadDim><<<blocks, kConvertThreads, 0, stream>>>(
+      p.dq_accum, a.dq, s.total_q, s.heads_q, a.device_status);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+size_t backward_scratch_bytes(const PackedShape& shape, bool deterministic) {
+  size_t bytes = align_up(dq_accum_bytes(shape));
+  if (deterministic) bytes += align_up(dq_semaphore_bytes(shape));
+  return bytes;
+}
+
+bool backward_supports_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream) {
+  const PackedShape& s = args.shape;
+  if (!backward_supports_head_dim(s.head_dim) || s.heads_kv <= 0 || s.heads_q % s.heads_kv != 0 ||
+      s.total_q < 0 || s.total_k < 0 ||
+      (args.scratch == nullptr && backward_scratch_bytes(s, args.deterministic) > 0))
+    return cudaErrorInvalidValue;
+  WorkspaceCarver carver(args.scratch);
+  float* dq_accum = carver.take<float>(size_t(s.total_q) * s.heads_q * s.head_dim);
+  int32_t* semaphores =
+      args.deterministic ? carver.take<int32_t>(size_t(s.heads_q) * s.total_q) : nullptr;
+
+  cudaError_t error = cudaMemsetAsync(dq_accum, 0, dq_accum_bytes(s), stream);
+  if (error == cudaSuccess && semaphores != nullptr)
+    error = cudaMemsetAsync(semaphores, 0, dq_semaphore_bytes(s), stream);
+  if (error != cudaSuccess) return error;
+
+  const backward::BackwardParams p = make_params(args, dq_accum, semaphores);
+  return s.head_dim == 64 ? launch_for_head_dim<64>(args, p, stream)
+                          : launch_for_head_dim<128>(args, p, stream);
+}
+
+}  // namespace flamia

@@ -1,0 +1,100 @@
+// Adding a CTA's dQ partial of one (query tile, head) into the FP32 dQ buffer, and the post-pass
+// that converts that buffer to the BF16 output.
+//
+// Default: float2 atomics (red.global.add.v2.f32): fast, but the order of the additions from the
+// key tiles of a document varies from run to run. Deterministic: the key tiles of a document
+// add their partials to a query tile in increasing key-tile order, ordered by a semaphore per
+// (head, query tile) that holds the index of the key tile whose turn it is. A CTA waits only on
+// lower-indexed CTAs of the same (document, KV head), which the hardware dispatched before it,
+// so the chain always progresses.
+#pragma once
+
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/backward/backward_config.h"
+#include "kernels/backward/backward_params.h"
+#include "kernels/backward/tile_factors.cuh"
+
+namespace flamia::backward {
+
+__device__ __forceinline__ int load_acquire(const int32_t* p) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_release(int32_t* p, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+// Where the deterministic order of one (head, query tile) is kept: the slot of the tile's first
+// valid query (tiles of neighbouring documents may share a group of 16 rows, never a row).
+__device__ __forceinline__ int32_t* dq_semaphore(const BackwardParams& p, const KeyTileItem& item,
+                                                 int head, int q0) {
+  return p.dq_semaphore + int64_t(head) * p.total_q + max(q0, item.span.q_start);
+}
+
+// Thread 0 waits for its turn; the barrier publishes the acquired order to the CTA.
+__device__ __forceinline__ void wait_for_dq_turn(const int32_t* semaphore, int turn) {
+  if (threadIdx.x == 0)
+    while (load_acquire(semaphore) != turn) __nanosleep(64);
+  __syncthreads();
+}
+__device__ __forceinline__ void pass_dq_turn(int32_t* semaphore, int next_turn) {
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) store_release(semaphore, next_turn);
+}
+
+// dq: the warpgroup's m64n(D/2) partial of the tile (rows = queries q0 + 0..63, columns =
+// d0 + 0..D/2-1); each row scaled by softmax_scale * 2^gq_i (qf.dq_scale) and added to the
+// buffer [total_q][Hq][D]. Rows outside the document are never touched.
+template <int kHeadDim, int kRegisters>
+__device__ __forceinline__ void add_dq_partial(const BackwardParams& p, const float (&dq)[kRegisters],
+                                               const QueryFactors& qf, int head, int q0, int d0,
+                                               int warp, int lane, bool ordered) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const int row = 16 * warp + lane / 4 + 8 * r;
+    if (qf.visibility[row] == kQueryOutside) continue;
+    const float scale = qf.dq_scale[row];
+    float* out = p.dq_accum + (int64_t(q0 + row) * p.heads_q + head) * kHeadDim + d0;
+#pragma unroll
+    for (int i = 0; i < kRegisters; i += 2) {
+      if (register_row(i) != r) continue;
+      float2* at = reinterpret_cast<float2*>(out + register_column(lane, i));
+      const float2 add = make_float2(dq[i] * scale, dq[i + 1] * scale);
+      if (ordered) {
+        float2 sum = __ldcg(at);
+        sum.x += add.x;
+        sum.y += add.y;
+        __stcg(at, sum);
+      } else {
+        atomicAdd(at, add);
+      }
+    }
+  }
+}
+
+// Post-pass: FP32 dQ buffer -> BF16 output view, two elements per thread step.
+template <int kHeadDim>
+__global__ void convert_dq_kernel(const float* dq_accum, Bf16MutableView dq, int total_q,
+                                  int heads_q, const int32_t* device_status) {
+  if (device_status != nullptr && *device_status != 0) return;
+  constexpr int kPairsPerRow = kHeadDim / 2;
+  const int64_t pairs = int64_t(total_q) * heads_q * kPairsPerRow;
+  for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < pairs;
+       x += int64_t(gridDim.x) * blockDim.x) {
+    const int d = int(x % kPairsPerRow) * 2;
+    const int64_t row = x / kPairsPerRow;  // token * heads_q + head
+    const int head = int(row % heads_q);
+    const int64_t token = row / heads_q;
+    const float2 v = *reinterpret_cast<const float2*>(dq_accum + row * kHeadDim + d);
+    __nv_bfloat16* out = static_cast<__nv_bfloat16*>(dq.data) + token * dq.token_stride +
+                         int64_t(head) * dq.head_stride + d;
+    *reinterpret_cast<__nv_bfloat162*>(out) = __floats2bfloat162_rn(v.x, v.y);
+  }
+}
+
+}  // namespace flamia::backward

@@ -1,0 +1,67 @@
+// The backward's wgmma products by tile width: thin compile-time dispatch onto the generated
+// wrappers (hopper/wgmma_ops.cuh), so that kernel code is written once for head dims 64 and 128.
+// Every K-major operand advances 32 bytes per k step (FP8 k32 or BF16 k16).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/backward/backward_config.h"
+#include "kernels/hopper/sync.cuh"
+#include "kernels/hopper/wgmma.cuh"
+
+namespace flamia::backward {
+
+template <int kN>
+__device__ __forceinline__ void mma_fp8_ss(float (&d)[kN / 2], uint64_t a, uint64_t b,
+                                           int accumulate) {
+  static_assert(kN == 32 || kN == 64 || kN == 128, "FP8 SS width");
+  if constexpr (kN == 32) hopper::wgmma_fp8_ss_n32(d, a, b, accumulate);
+  if constexpr (kN == 64) hopper::wgmma_fp8_ss_n64(d, a, b, accumulate);
+  if constexpr (kN == 128) hopper::wgmma_fp8_ss_n128(d, a, b, accumulate);
+}
+
+template <int kN>
+__device__ __forceinline__ void mma_fp8_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b,
+                                           int accumulate) {
+  static_assert(kN == 64 || kN == 128, "FP8 RS width");
+  if constexpr (kN == 64) hopper::wgmma_fp8_rs_n64(d, a, b, accumulate);
+  if constexpr (kN == 128) hopper::wgmma_fp8_rs_n128(d, a, b, accumulate);
+}
+
+// BF16 products with both operands K-major (no transposes).
+template <int kN>
+__device__ __forceinline__ void mma_bf16_ss(float (&d)[kN / 2], uint64_t a, uint64_t b,
+                                            int accumulate) {
+  static_assert(kN == 32 || kN == 64 || kN == 128, "BF16 SS width");
+  if constexpr (kN == 32) hopper::wgmma_bf16_ss_n32<0, 0>(d, a, b, accumulate);
+  if constexpr (kN == 64) hopper::wgmma_bf16_ss_n64<0, 0>(d, a, b, accumulate);
+  if constexpr (kN == 128) hopper::wgmma_bf16_ss_n128<0, 0>(d, a, b, accumulate);
+}
+
+template <int kN>
+__device__ __forceinline__ void mma_bf16_rs(float (&d)[kN / 2], const uint32_t (&a)[4],
+                                            uint64_t b, int accumulate) {
+  static_assert(kN == 64 || kN == 128, "BF16 RS width");
+  if constexpr (kN == 64) hopper::wgmma_bf16_rs_n64<0>(d, a, b, accumulate);
+  if constexpr (kN == 128) hopper::wgmma_bf16_rs_n128<0>(d, a, b, accumulate);
+}
+
+// Descriptor of a K-major operand at k step `kk` of a tile stored as panels of 128-byte rows:
+// panel kk / 4 (`panel_bytes` apart), 32 bytes per step inside the panel.
+__device__ __forceinline__ uint64_t paneled_desc(const uint8_t* tile, int panel_bytes, int kk) {
+  constexpr int kStepsPerPanel = kPanelBytes / kMmaKBytes;
+  const uint8_t* panel = tile + (kk / kStepsPerPanel) * panel_bytes;
+  return hopper::advance_desc(hopper::make_smem_desc(hopper::smem_addr(panel), hopper::Swizzle::k128B),
+                              (kk % kStepsPerPanel) * kMmaKBytes);
+}
+
+// Descriptor of a K-major FP8 tile whose rows are `kRowBytes` (64 or 128) long, at k step kk.
+template <int kRowBytes>
+__device__ __forceinline__ uint64_t fp8_desc(const uint8_t* tile, int kk) {
+  static_assert(kRowBytes == 64 || kRowBytes == 128, "FP8 row width");
+  constexpr hopper::Swizzle kSwizzle = kRowBytes == 128 ? hopper::Swizzle::k128B : hopper::Swizzle::k64B;
+  return hopper::advance_desc(hopper::make_smem_desc(hopper::smem_addr(tile), kSwizzle),
+                              kk * kMmaKBytes);
+}
+
+}  // namespace flamia::backward

@@ -1,0 +1,56 @@
+// Shared-memory layout of the backward CTA, one struct per precision path. Every operand tile
+// starts on a 1024-byte boundary (the 128B-swizzle period) so that descriptors need no base
+// offset; the struct itself is placed on such a boundary by the kernel.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+#include "kernels/backward/backward_config.h"
+#include "kernels/backward/tile_factors.cuh"
+
+namespace flamia::backward {
+
+// precision fp8: all five products in FP8.
+template <int kHeadDim>
+struct Fp8Storage {
+  // Key tile (loaded once per CTA).
+  alignas(kTileAlignment) uint8_t k[kBlockN * kHeadDim];             // K̂ rows (Sᵀ's A)
+  alignas(kTileAlignment) uint8_t v[kBlockN * kHeadDim];             // V̂ rows (dPᵀ's A)
+  alignas(kTileAlignment) uint8_t k_centered_t[kHeadDim * kBlockN];  // K̂cᵀ [d][key] (dQ's B)
+  // Query tile (per query tile and head).
+  alignas(kTileAlignment) uint8_t q[kBlockM * kHeadDim];             // Q̂ rows (Sᵀ's B)
+  alignas(kTileAlignment) uint8_t d_o[kBlockM * kHeadDim];           // dÔ rows (dPᵀ's B)
+  alignas(kTileAlignment) uint8_t q_t[kHeadDim * kBlockM];           // Q̂ᵀ [d][query] (dK's B)
+  alignas(kTileAlignment) uint8_t d_o_scaled_t[kHeadDim * kBlockM];  // dÔ''ᵀ (dV's B)
+  alignas(kTileAlignment) uint8_t g[kBlockM * kBlockN];              // Ĝ [query][key] (dQ's A)
+  QueryFactors query;
+  float column_amax[kWarps][kBlockM];
+};
+
+// precision fp8-bf16grad: Sᵀ and dV in FP8; dPᵀ, dK and dQ in BF16 from the BF16 inputs.
+template <int kHeadDim>
+struct Bf16GradStorage {
+  alignas(kTileAlignment) uint8_t k[kBlockN * kHeadDim];              // K̂ rows (Sᵀ's A)
+  alignas(kTileAlignment) uint8_t v16[kBlockN * kHeadDim * 2];        // V rows (dPᵀ's A)
+  alignas(kTileAlignment) uint8_t k16_t[kHeadDim * kBlockN * 2];      // Kᵀ [d][key] (dQ's B)
+  alignas(kTileAlignment) uint8_t q[kBlockM * kHeadDim];              // Q̂ rows (Sᵀ's B)
+  alignas(kTileAlignment) uint8_t d_o16[kBlockM * kHeadDim * 2];      // dO rows (dPᵀ's B)
+  alignas(kTileAlignment) uint8_t q16_t[kHeadDim * kBlockM * 2];      // Qᵀ [d][query] (dK's B)
+  alignas(kTileAlignment) uint8_t d_o_scaled_t[kHeadDim * kBlockM];   // dÔ''ᵀ (dV's B)
+  alignas(kTileAlignment) uint8_t ds16[kBlockM * kBlockN * 2];        // dS [query][key] (dQ's A)
+  QueryFactors query;
+};
+
+template <int kHeadDim, bool kBf16Grad>
+using BackwardStorage =
+    std::conditional_t<kBf16Grad, Bf16GradStorage<kHeadDim>, Fp8Storage<kHeadDim>>;
+
+template <int kHeadDim, bool kBf16Grad>
+constexpr size_t backward_smem_bytes() {
+  // + alignment slack: dynamic shared memory is only guaranteed 16-byte aligned.
+  return sizeof(BackwardStorage<kHeadDim, kBf16Grad>) + kTileAlignment;
+}
+
+}  // namespace flamia::backward

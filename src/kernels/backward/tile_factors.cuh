@@ -1,0 +1,109 @@
+// Per-key (register) and per-query (shared memory) factors of one (key tile, query tile, head)
+// step: the scales, offsets and masks of docs/numerics.md §4-§5 in the transposed orientation
+// of the backward (keys are accumulator rows, queries are columns).
+#pragma once
+
+#include <cstdint>
+
+#include "common/fp8_numerics.h"
+#include "kernels/backward/backward_config.h"
+#include "kernels/backward/backward_params.h"
+#include "kernels/backward/tile_geometry.cuh"
+#include "kernels/common/softmax_numerics.cuh"
+
+namespace flamia::backward {
+
+// Accumulator rows per thread in an m64nN wgmma: lane/4 and lane/4 + 8 of the warp's 16.
+constexpr int kRowsPerThread = 2;
+
+// Register i of an accumulator holds row register_row(i) of the thread's pair and column
+// 8 (i >> 2) + 2 (lane & 3) + (i & 1).
+__host__ __device__ constexpr int register_row(int i) { return (i >> 1) & 1; }
+__device__ __forceinline__ int register_column(int lane, int i) {
+  return 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+}
+
+// The two key rows a thread owns: scales of the forward's score (key_column_factors, shared
+// with the forward), V's scale both ways, K̂c's scale, and the visibility index.
+struct KeyRowFactors {
+  KeyColumnFactors score[kRowsPerThread];  // {2^ek, ev, 2^-ev}
+  float value_scale[kRowsPerThread];       // 2^ev
+  float centered_scale[kRowsPerThread];    // 2^ekc
+  int visibility[kRowsPerThread];
+  int value_exp[kRowsPerThread];           // ev (for the final dV scale)
+};
+
+__device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& p,
+                                                          const KeyTileItem& item,
+                                                          const int (&tile_row)[kRowsPerThread]) {
+  KeyRowFactors f;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const int j = item.key0 + tile_row[r];
+    f.visibility[r] = key_visibility_index(item.span, j, p.causal != 0);
+    const bool valid = f.visibility[r] != kKeyOutside;
+    const int64_t at = int64_t(item.kv_head) * p.total_k + j;
+    const int ek = valid ? p.k_exp[at] : 0;
+    const int ev = valid ? p.v_exp[at] : 0;
+    const int ekc = valid ? p.k_centered_exp[at] : 0;
+    f.score[r] = key_column_factors(ek, ev);
+    f.value_scale[r] = exp2_int(ev);
+    f.centered_scale[r] = exp2_int(ekc);
+    f.value_exp[r] = ev;
+  }
+  return f;
+}
+
+// Per-query factors of one 64-query tile of one head, in shared memory (threads read the two
+// adjacent columns of each of their column pairs).
+struct QueryFactors {
+  float row_factor[kBlockM];   // c * 2^eq_i, the forward's row factor
+  float offset[kBlockM];       // M_i - 8 (softmax_offset of the saved integer M_i)
+  float inv_l[kBlockM];        // 1 / l_i
+  float d_o_scale[kBlockM];    // 2^edo_i
+  float delta[kBlockM];        // D_i
+  float q_scale[kBlockM];      // 2^eq_i (folded into dK's dS operand)
+  int visibility[kBlockM];     // query_visibility_index
+  float dq_scale[kBlockM];     // softmax_scale * 2^gq_i, set per step once gq is known
+  float dq_inv_block_scale[kBlockM];  // 2^-gq_i
+  int value_block_exp;         // ew of the tile: one dO'' exponent per 64-query block
+};
+
+// Threads 0..kBlockM-1 fill the factors of query rows q0 .. q0 + 63 of head h.
+__device__ __forceinline__ void load_query_factors(QueryFactors& f, const BackwardParams& p,
+                                                   const KeyTileItem& item, int head, int q0) {
+  const int t = threadIdx.x;
+  if (t >= kBlockM) return;
+  const int i = q0 + t;
+  const int visibility = query_visibility_index(item.span, i, p.causal != 0);
+  const bool valid = visibility != kQueryOutside;
+  const int64_t at = int64_t(head) * p.total_q + i;
+  const int eq = valid ? p.q_exp[at] : 0;
+  const float m = valid ? p.softmax_stats[2 * at] : 0.0f;
+  const float l = valid ? p.softmax_stats[2 * at + 1] : 0.0f;
+  f.row_factor[t] = query_row_factor(p.scale_log2, eq);
+  f.offset[t] = softmax_offset(m);
+  // A valid row always has l > 0 when it sees a key (its own diagonal key at least); rows with
+  // l = 0 see no key, so every element is masked and the value is never used.
+  f.inv_l[t] = l > 0.0f ? 1.0f / l : 0.0f;
+  f.d_o_scale[t] = exp2_int(valid ? p.d_o_exp[at] : 0);
+  f.delta[t] = valid ? p.delta[at] : 0.0f;
+  f.q_scale[t] = exp2_int(eq);
+  f.visibility[t] = visibility;
+  // dQ's row scale: softmax_scale alone for BF16grad; the FP8 path adds 2^gq_i per step.
+  f.dq_scale[t] = p.softmax_scale;
+  f.dq_inv_block_scale[t] = 1.0f;
+  if (t == 0) {
+    // dO'' scale blocks are [floor16(q_start) + 64 m, ...) ∩ document: the tile's own range.
+    const int first_valid = max(q0, item.span.q_start);
+    f.value_block_exp = p.d_o_scaled_exp[int64_t(head) * p.total_q + first_valid];
+  }
+}
+
+// 2^e for any integer e, clamped to FP32's normal powers of two: an exact rescale factor as
+// long as accumulated units stay within 2^±126 of each other.
+__device__ __forceinline__ float power_of_two(int e) {
+  return exp2_int(min(max(e, kMinScaleExponent), kMaxScaleExponent));
+}
+
+}  // namespace flamia::backward

@@ -1,0 +1,157 @@
+// Consumer warpgroup: for each key tile, S = Q̂K̂ᵀ (FP8 wgmma, SS), the online softmax, and
+// O += P̂V̂ (FP8 wgmma, A from registers); then the epilogue. Each consumer owns 64 query rows.
+#pragma once
+
+#include "kernels/forward/epilogue.cuh"
+#include "kernels/forward/online_softmax.cuh"
+#include "kernels/forward/shared_storage.cuh"
+#include "kernels/forward/work_items.cuh"
+#include "kernels/hopper/sync.cuh"
+#include "kernels/hopper/wgmma.cuh"
+
+namespace flamia::forward {
+
+template <int kHeadDim>
+__device__ __forceinline__ hopper::Swizzle qk_swizzle() {
+  return kHeadDim == 128 ? hopper::Swizzle::k128B : hopper::Swizzle::k64B;
+}
+
+template <int kHeadDim, int kBlockN>
+__device__ __forceinline__ void mma_scores(float (&s)[kBlockN / 2], uint64_t desc_q,
+                                           uint64_t desc_k) {
+  hopper::warpgroup_fence();
+#pragma unroll
+  for (int kk = 0; kk < kHeadDim / kMmaK; ++kk) {
+    const uint64_t a = hopper::advance_desc(desc_q, kk * kMmaK);
+    const uint64_t b = hopper::advance_desc(desc_k, kk * kMmaK);
+    if constexpr (kBlockN == 128) hopper::wgmma_fp8_ss_n128(s, a, b, kk > 0);
+  }
+  hopper::warpgroup_commit();
+}
+
+template <int kHeadDim, int kBlockN>
+__device__ __forceinline__ void mma_output(float (&o)[kHeadDim / 2],
+                                           const uint32_t (&a)[kBlockN / 32][4],
+                                           uint64_t desc_vt) {
+  hopper::warpgroup_fence();
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / kMmaK; ++kk) {
+    const uint64_t b = hopper::advance_desc(desc_vt, kk * kMmaK);
+    if constexpr (kHeadDim == 128) hopper::wgmma_fp8_rs_n128(o, a[kk], b, 1);
+    if constexpr (kHeadDim == 64) hopper::wgmma_fp8_rs_n64(o, a[kk], b, 1);
+  }
+  hopper::warpgroup_commit();
+}
+
+template <int kHeadDim>
+__device__ __forceinline__ void run_consumer(const ForwardParams& p,
+                                             SharedStorage<kHeadDim>& smem, int consumer) {
+  using Tile = ForwardTile<kHeadDim>;
+  constexpr int kBlockN = Tile::kBlockN;
+  hopper::warpgroup_registers_increase<kConsumerRegisters>();
+  const int thread = threadIdx.x % kWarpgroupThreads;
+  const int warp = thread / 32;
+  const int lane = thread % 32;
+  const int tile_row0 = consumer * kRowsPerConsumer;  // first row of this consumer in the tile
+  const int thread_row0 = tile_row0 + 16 * warp + lane / 4;
+
+  const int items = work_item_count(p);
+  int iteration = 0;
+  int item_count = 0;
+  for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
+    const WorkItem w = work_item<kBlockN>(p, index);
+    const int row_local[2] = {w.geo.q0 + thread_row0, w.geo.q0 + thread_row0 + 8};
+    RowState state;
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      const bool valid = row_local[r] < w.geo.q_len;
+      const int q_exp =
+          valid ? p.q_exp[size_t(w.head) * p.total_q + w.geo.q_start + row_local[r]] : 0;
+      state.row_factor[r] = query_row_factor(p.scale_log2, q_exp);
+      state.row_max[r] = -INFINITY;
+      state.row_sum[r] = 0.0f;
+    }
+    float o[Tile::kOutRegisters];
+#pragma unroll
+    for (int i = 0; i < Tile::kOutRegisters; ++i) o[i] = 0.0f;
+
+    const int q_buffer = item_count % Tile::kQBuffers;
+    const uint64_t desc_q = hopper::make_smem_desc(
+        hopper::smem_addr(smem.q[q_buffer] + tile_row0 * kHeadDim), qk_swizzle<kHeadDim>());
+    hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
+    // Software pipeline (intra-warpgroup overlap): while the softmax of key tile n runs on the
+    // ALUs, the tensor cores compute O += P̂V̂ of tile n-1. P̂ of tile n is packed only after
+    // that MMA (which reads the A registers asynchronously) has completed.
+    uint32_t a[kBlockN / 32][4];
+    int previous_stage = 0;
+    // Scores of tile n (already in s) -> t, p, l; releases the K stage. Returns the O ratio.
+    auto softmax = [&](float(&s)[kBlockN / 2], int n, int stage, float(&ratio)[kRowsPerThread]) {
+      if (n == w.geo.n_tiles - 1) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
+      const KeyPairFactors* factors = smem.factors[stage];
+      const int first_key_local = w.geo.k_tile_base + n * kBlockN - w.geo.k_start;
+      if (n >= w.geo.causal_from) {
+        softmax_scores_to_exponents<kBlockN, true>(s, state, ratio, factors, lane,
+                                                   first_key_local, row_local);
+      } else {
+        softmax_scores_to_exponents<kBlockN, false>(s, state, ratio, factors, lane,
+                                                    first_key_local, row_local);
+      }
+      softmax_exponents_to_probabilities<kBlockN>(s, state, factors, lane);
+      hopper::mbarrier_arrive(&smem.k_empty[stage]);
+    };
+    auto k_desc = [&](int stage) {
+      return hopper::make_smem_desc(hopper::smem_addr(smem.k[stage]), qk_swizzle<kHeadDim>());
+    };
+    auto vt_desc = [&](int stage) {
+      return hopper::make_smem_desc(hopper::smem_addr(smem.vt[stage]), hopper::Swizzle::k128B);
+    };
+    auto stage_of = [](int it) { return it % Tile::kStages; };
+    auto phase_of = [](int it) { return uint32_t(it / Tile::kStages) & 1; };
+
+    if (w.geo.n_tiles > 0) {
+      // Tile 0: scores and softmax, nothing to overlap with yet.
+      {
+        float s[kBlockN / 2];
+        float ratio[kRowsPerThread];
+        hopper::mbarrier_wait(&smem.k_full[stage_of(iteration)], phase_of(iteration));
+        mma_scores<kHeadDim, kBlockN>(s, desc_q, k_desc(stage_of(iteration)));
+        hopper::warpgroup_wait<0>();
+        hopper::fence_registers(s);
+        softmax(s, 0, stage_of(iteration), ratio);
+        probabilities_to_operand<kBlockN>(s, a);
+        previous_stage = stage_of(iteration);
+        ++iteration;
+      }
+      // Tiles 1..: while the softmax of tile n runs on the ALUs, the tensor cores compute
+      // O += P̂V̂ of tile n-1. P̂ of tile n is packed only after that MMA (which reads the A
+      // registers asynchronously) has completed.
+      for (int n = 1; n < w.geo.n_tiles; ++n, ++iteration) {
+        const int stage = stage_of(iteration);
+        float s[kBlockN / 2];
+        float ratio[kRowsPerThread];
+        hopper::mbarrier_wait(&smem.k_full[stage], phase_of(iteration));
+        mma_scores<kHeadDim, kBlockN>(s, desc_q, k_desc(stage));
+        hopper::mbarrier_wait(&smem.v_full[previous_stage], phase_of(iteration - 1));
+        mma_output<kHeadDim, kBlockN>(o, a, vt_desc(previous_stage));
+        hopper::warpgroup_wait<1>();  // scores of tile n ready; P̂V̂ of tile n-1 in flight
+        hopper::fence_registers(s);
+        softmax(s, n, stage, ratio);
+        hopper::warpgroup_wait<0>();
+        hopper::fence_registers(o);
+        hopper::mbarrier_arrive(&smem.v_empty[previous_stage]);
+        rescale_output(o, ratio);
+        probabilities_to_operand<kBlockN>(s, a);
+        previous_stage = stage;
+      }
+      hopper::mbarrier_wait(&smem.v_full[previous_stage], phase_of(iteration - 1));
+      mma_output<kHeadDim, kBlockN>(o, a, vt_desc(previous_stage));
+      hopper::warpgroup_wait<0>();
+      hopper::fence_registers(o);
+      hopper::mbarrier_arrive(&smem.v_empty[previous_stage]);
+    }
+    if (w.geo.n_tiles == 0) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);  // release the unused Q tile
+    write_outputs<Tile::kOutRegisters>(p, w, o, state, row_local, lane);
+  }
+}
+
+}  // namespace flamia::forward

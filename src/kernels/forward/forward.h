@@ -1,0 +1,26 @@
+// The FP8 forward attention kernel (sm_90a): reads the quantize pass's operands.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/layout.h"
+#include "common/views.h"
+
+namespace flamia {
+
+struct ForwardKernelArgs {
+  PackedShape shape;
+  float softmax_scale = 1.0f;
+  ForwardOperands in;
+  Bf16MutableView o;
+  float* lse = nullptr;            // [heads_q][total_q]
+  float* softmax_stats = nullptr;  // [heads_q][total_q][2] = {M, l}, or nullptr
+  const int32_t* device_status = nullptr;
+  void* scheduler_workspace = nullptr;  // forward_scheduler_workspace_bytes(shape)
+};
+
+size_t forward_scheduler_workspace_bytes(const PackedShape& shape);
+bool forward_supports_head_dim(int head_dim);
+cudaError_t launch_forward(const ForwardKernelArgs& args, cudaStream_t stream);
+
+}  // namespace flamia

@@ -1,0 +1,51 @@
+// The FP8 forward kernel: a persistent, warp-specialized CTA (one producer warpgroup, two
+// consumer warpgroups) walking the planned work items.
+#pragma once
+
+#include "kernels/forward/consumer.cuh"
+#include "kernels/forward/producer.cuh"
+
+namespace flamia::forward {
+
+template <int kHeadDim>
+constexpr size_t forward_shared_bytes() {
+  return sizeof(SharedStorage<kHeadDim>) + 1024;  // + alignment slack of dynamic shared memory
+}
+
+template <int kHeadDim>
+__device__ __forceinline__ void init_barriers(SharedStorage<kHeadDim>& smem) {
+  using Tile = ForwardTile<kHeadDim>;
+  for (int b = 0; b < Tile::kQBuffers; ++b) {
+    hopper::mbarrier_init(&smem.q_full[b], 1);
+    hopper::mbarrier_init(&smem.q_empty[b], kConsumerThreads);
+  }
+  for (int s = 0; s < Tile::kStages; ++s) {
+    hopper::mbarrier_init(&smem.k_full[s], kWarpgroupThreads);
+    hopper::mbarrier_init(&smem.k_empty[s], kConsumerThreads);
+    hopper::mbarrier_init(&smem.v_full[s], 1);
+    hopper::mbarrier_init(&smem.v_empty[s], kConsumerThreads);
+  }
+  hopper::fence_mbarrier_init();
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(kThreads, 1)
+    forward_kernel(const __grid_constant__ ForwardParams params) {
+  extern __shared__ uint8_t shared_raw[];
+  // Align by offsetting the __shared__ array itself (not through an integer cast), so the
+  // compiler keeps the shared address space and emits LDS/STS rather than generic loads.
+  const uint32_t misalignment = hopper::smem_addr(shared_raw) & 1023u;
+  auto& smem = *reinterpret_cast<SharedStorage<kHeadDim>*>(shared_raw +
+                                                           ((1024u - misalignment) & 1023u));
+  if (threadIdx.x == 0) init_barriers(smem);
+  __syncthreads();
+  if (params.device_status && *params.device_status != 0) return;
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  if (warpgroup == 0) {
+    run_producer<kHeadDim>(params, smem);
+  } else {
+    run_consumer<kHeadDim>(params, smem, warpgroup - 1);
+  }
+}
+
+}  // namespace flamia::forward

@@ -1,0 +1,123 @@
+// Host side of the forward: tensor maps, the plan, and the launch for each head dim.
+#include "kernels/forward/forward.h"
+#include "kernels/forward/forward_kernel.cuh"
+#include "kernels/hopper/tensor_map.h"
+
+namespace flamia {
+namespace {
+
+using forward::ForwardParams;
+using forward::ForwardTile;
+using forward::kBlockM;
+
+template <int kHeadDim>
+cudaError_t make_maps(const ForwardKernelArgs& args, ForwardParams* params) {
+  using Tile = ForwardTile<kHeadDim>;
+  const PackedShape& s = args.shape;
+  const char* what = nullptr;
+  hopper::ByteTensorMapSpec q;
+  q.base = args.in.q.values;
+  q.rank = 3;
+  q.dims[0] = kHeadDim;
+  q.dims[1] = s.heads_q;
+  q.dims[2] = s.total_q;
+  q.strides_bytes[0] = kHeadDim;
+  q.strides_bytes[1] = uint64_t(s.heads_q) * kHeadDim;
+  q.box[0] = kHeadDim;
+  q.box[1] = 1;
+  q.box[2] = kBlockM;
+  q.swizzle = hopper::swizzle_for_row_bytes(kHeadDim);
+  cudaError_t err = hopper::make_byte_tensor_map(q, &params->q_map, &what);
+  if (err != cudaSuccess || s.total_k == 0) return err;  // no keys: K/V maps never used
+
+  hopper::ByteTensorMapSpec k = q;
+  k.base = args.in.k.values;
+  k.dims[1] = s.heads_kv;
+  k.dims[2] = s.total_k;
+  k.strides_bytes[1] = uint64_t(s.heads_kv) * kHeadDim;
+  k.box[2] = Tile::kBlockN;
+  err = hopper::make_byte_tensor_map(k, &params->k_map, &what);
+  if (err != cudaSuccess) return err;
+
+  hopper::ByteTensorMapSpec vt;
+  vt.base = args.in.v_t.values;
+  vt.rank = 2;
+  vt.dims[0] = uint64_t(padded_tokens(s.total_k));
+  vt.dims[1] = uint64_t(s.heads_kv) * kHeadDim;
+  vt.strides_bytes[0] = uint64_t(padded_tokens(s.total_k));
+  vt.box[0] = Tile::kBlockN;
+  vt.box[1] = kHeadDim;
+  vt.swizzle = hopper::swizzle_for_row_bytes(Tile::kVtRowBytes);
+  return hopper::make_byte_tensor_map(vt, &params->vt_map, &what);
+}
+
+int multiprocessor_count() {
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess) return 132;
+  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 132;
+  return count;
+}
+
+template <int kHeadDim>
+cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stream) {
+  using Tile = ForwardTile<kHeadDim>;
+  const PackedShape& s = args.shape;
+  ForwardParams params{};
+  cudaError_t err = make_maps<kHeadDim>(args, &params);
+  if (err != cudaSuccess) return err;
+  params.q_exp = args.in.q.exponents;
+  params.k_exp = args.in.k.exponents;
+  params.v_exp = args.in.v_t.exponents;
+  params.lse_shift = args.in.lse_shift;
+  params.cu_seqlens_q = s.cu_seqlens_q;
+  params.cu_seqlens_k = s.cu_seqlens_k;
+  params.total_q = s.total_q;
+  params.total_k = s.total_k;
+  params.heads_q = s.heads_q;
+  params.group_size = s.group_size();
+  params.scale_log2 = args.softmax_scale * kLog2e;
+  params.causal = s.causal ? 1 : 0;
+  params.o = static_cast<__nv_bfloat16*>(args.o.data);
+  params.o_token_stride = args.o.token_stride;
+  params.o_head_stride = args.o.head_stride;
+  params.lse = args.lse;
+  params.softmax_stats = args.softmax_stats;
+  params.device_status = args.device_status;
+  params.schedule = forward::schedule_view(args.scheduler_workspace);
+
+  err = forward::launch_schedule_plan(s, kBlockM, Tile::kBlockN, args.device_status,
+                                      args.scheduler_workspace, stream);
+  if (err != cudaSuccess) return err;
+
+  constexpr size_t kShared = forward::forward_shared_bytes<kHeadDim>();
+  auto kernel = forward::forward_kernel<kHeadDim>;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
+  if (err != cudaSuccess) return err;
+  const int64_t max_items = int64_t(forward::max_query_tiles(s, kBlockM)) * s.heads_q;
+  const int grid = int(max_items < multiprocessor_count() ? max_items : multiprocessor_count());
+  kernel<<<grid, forward::kThreads, kShared, stream>>>(params);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+size_t forward_scheduler_workspace_bytes(const PackedShape& shape) {
+  return forward::schedule_workspace_bytes(shape, kBlockM);
+}
+
+bool forward_supports_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+
+cudaError_t launch_forward(const ForwardKernelArgs& args, cudaStream_t stream) {
+  if (args.shape.total_q == 0 || args.shape.batch == 0) return cudaSuccess;
+  switch (args.shape.head_dim) {
+    case 64:
+      return launch_for_head_dim<64>(args, stream);
+    case 128:
+      return launch_for_head_dim<128>(args, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace flamia

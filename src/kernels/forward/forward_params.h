@@ -1,0 +1,39 @@
+// Kernel parameters of the forward (passed by value as a __grid_constant__, so the TMA
+// descriptors live in parameter space).
+#pragma once
+
+#include <cuda.h>
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "kernels/forward/scheduler.h"
+
+namespace flamia::forward {
+
+struct ForwardParams {
+  CUtensorMap q_map;  // Q̂ [total_q][Hq][D], box {D, 1, kBlockM}
+  CUtensorMap k_map;  // K̂ [total_k][Hkv][D], box {D, 1, kBlockN}
+  CUtensorMap vt_map;  // V̂ᵀ [Hkv*D][pad16(total_k)], box {kBlockN, D}
+  const int8_t* q_exp;  // [Hq][total_q]
+  const int8_t* k_exp;  // [Hkv][total_k]
+  const int8_t* v_exp;  // [Hkv][total_k]
+  const float* lse_shift;  // [Hq][total_q] or nullptr
+  const int32_t* cu_seqlens_q;
+  const int32_t* cu_seqlens_k;
+  int total_q;
+  int total_k;
+  int heads_q;
+  int group_size;  // query heads per KV head
+  float scale_log2;  // softmax_scale * log2(e)
+  int causal;
+  __nv_bfloat16* o;
+  int64_t o_token_stride;
+  int64_t o_head_stride;
+  float* lse;            // [Hq][total_q]
+  float* softmax_stats;  // [Hq][total_q][2] or nullptr
+  const int32_t* device_status;
+  ScheduleView schedule;
+};
+
+}  // namespace flamia::forward

@@ -1,0 +1,129 @@
+// Online softmax of one consumer thread's two query rows over a key tile, with the integer
+// running offset of docs/numerics.md §4: t = fma(S 2^ek, c 2^eq, ev), M = ceil(running max t),
+// p = exp2(t - M + 8), l += p 2^-ev. Rescales of l and O are exact powers of two.
+#pragma once
+
+#include "kernels/common/softmax_numerics.cuh"
+#include "kernels/forward/forward_config.h"
+
+namespace flamia::forward {
+
+constexpr int kRowsPerThread = 2;  // accumulator rows lane/4 and lane/4 + 8 of the warp's 16
+
+struct RowState {
+  float row_max[kRowsPerThread];  // M_i (integer value) or -inf before any visible key
+  float row_sum[kRowsPerThread];  // this thread's partial l_i
+  float row_factor[kRowsPerThread];  // c * 2^eq_i
+};
+
+// Accumulator register i of a thread holds row (i >> 1) & 1 of its pair, column pair (i >> 2),
+// column (i & 1) within the pair.
+__device__ __forceinline__ int register_row(int i) { return (i >> 1) & 1; }
+
+__device__ __forceinline__ float power_of_two_ratio(float from_max, float to_max) {
+  // 2^(from - to) for integer-valued maxima; 0 when `from` is -inf (nothing accumulated yet).
+  if (from_max == -INFINITY) return 0.0f;
+  const int difference = int(from_max - to_max);
+  return difference < kMinScaleExponent ? 0.0f : exp2_int(difference);
+}
+
+// Pass 1: scores -> t (in place) and the new integer row maxima. Returns, per row, the exact
+// power-of-two ratio old/new by which l (done here) and the O accumulator (by the caller, once
+// the MMA in flight on it has completed) must be rescaled. `kCausal`: mask keys after the row.
+template <int kBlockN, bool kCausal>
+__device__ __forceinline__ void softmax_scores_to_exponents(
+    float (&s)[kBlockN / 2], RowState& state, float (&ratio)[kRowsPerThread],
+    const KeyPairFactors* factors, int lane, int first_key_local, const int (&row_local)[2]) {
+#pragma unroll
+  for (int c = 0; c < kBlockN / 8; ++c) {
+    // two 8-byte shared loads: {sk0, sk1} and {ev0, ev1} of this thread's column pair
+    const KeyPairFactors& pair = factors[4 * c + (lane & 3)];
+    const float2 ks = *reinterpret_cast<const float2*>(pair.key_scale);
+    const float2 ve = *reinterpret_cast<const float2*>(pair.value_exponent);
+    const float key_scale[2] = {ks.x, ks.y};
+    const float value_exponent[2] = {ve.x, ve.y};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = 4 * c + j;
+      const int r = register_row(i);
+      float t = score_exponent(s[i], key_scale[j & 1], state.row_factor[r],
+                               value_exponent[j & 1]);
+      if constexpr (kCausal) {
+        const int key_local = first_key_local + 8 * c + 2 * (lane & 3) + (j & 1);
+        if (key_local > row_local[r]) t = -INFINITY;
+      }
+      s[i] = t;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    float m = -INFINITY;
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i)
+      if (register_row(i) == r) m = fmaxf(m, s[i]);
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    const float new_max = fmaxf(state.row_max[r], ceilf(m));
+    ratio[r] = 1.0f;
+    if (new_max != state.row_max[r]) {
+      ratio[r] = power_of_two_ratio(state.row_max[r], new_max);
+      state.row_sum[r] *= ratio[r];
+      state.row_max[r] = new_max;
+    }
+  }
+}
+
+template <int kOutRegisters>
+__device__ __forceinline__ void rescale_output(float (&o)[kOutRegisters],
+                                               const float (&ratio)[kRowsPerThread]) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    if (ratio[r] != 1.0f) {
+#pragma unroll
+      for (int i = 0; i < kOutRegisters; ++i)
+        if (register_row(i) == r) o[i] *= ratio[r];
+    }
+  }
+}
+
+// Pass 2: t -> p = exp2(t - M + 8) in place, accumulating l with 2^-ev.
+template <int kBlockN>
+__device__ __forceinline__ void softmax_exponents_to_probabilities(float (&s)[kBlockN / 2],
+                                                                   RowState& state,
+                                                                   const KeyPairFactors* factors,
+                                                                   int lane) {
+  const float offset[kRowsPerThread] = {softmax_offset(state.row_max[0]),
+                                        softmax_offset(state.row_max[1])};
+#pragma unroll
+  for (int c = 0; c < kBlockN / 8; ++c) {
+    const float2 inv = *reinterpret_cast<const float2*>(factors[4 * c + (lane & 3)].inv_value_scale);
+    const float inv_value_scale[2] = {inv.x, inv.y};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int i = 4 * c + j;
+      const int r = register_row(i);
+      const float p = unnormalized_probability(s[i], offset[r]);
+      state.row_sum[r] = __fmaf_rn(p, inv_value_scale[j & 1], state.row_sum[r]);
+      s[i] = p;
+    }
+  }
+}
+
+// Accumulator -> FP8 A operand of P̂·V̂ (4 x b32 per k32 step): swap registers (8c+2, 8c+3) with
+// (8c+4, 8c+5) and pack 4 at a time; the A operand's k order is then the permuted token order
+// in which the quantize pass stores V̂ᵀ.
+template <int kBlockN>
+__device__ __forceinline__ void probabilities_to_operand(const float (&s)[kBlockN / 2],
+                                                         uint32_t (&a)[kBlockN / 32][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 32; ++kk) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const float* x = &s[16 * kk + 8 * half];
+      a[kk][2 * half] = pack_e4m3x4(x[0], x[1], x[4], x[5]);
+      a[kk][2 * half + 1] = pack_e4m3x4(x[2], x[3], x[6], x[7]);
+    }
+  }
+}
+
+}  // namespace flamia::forward

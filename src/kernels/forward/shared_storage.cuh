@@ -1,0 +1,26 @@
+// Shared-memory layout of the forward kernel: operand tiles (1024-byte aligned for the 128B
+// swizzle), per-key factors and the pipeline's mbarriers.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/forward/forward_config.h"
+
+namespace flamia::forward {
+
+template <int kHeadDim>
+struct alignas(1024) SharedStorage {
+  using Tile = ForwardTile<kHeadDim>;
+  alignas(1024) uint8_t q[Tile::kQBuffers][Tile::kQTileBytes];
+  alignas(1024) uint8_t k[Tile::kStages][Tile::kKTileBytes];
+  alignas(1024) uint8_t vt[Tile::kStages][Tile::kVTileBytes];
+  KeyPairFactors factors[Tile::kStages][Tile::kBlockN / 2];
+  uint64_t q_full[Tile::kQBuffers];   // Q tile landed
+  uint64_t q_empty[Tile::kQBuffers];  // both consumers finished their last S = Q̂K̂ᵀ of the item
+  uint64_t k_full[Tile::kStages];  // K̂ tile landed and its per-key factors written
+  uint64_t k_empty[Tile::kStages];
+  uint64_t v_full[Tile::kStages];
+  uint64_t v_empty[Tile::kStages];
+};
+
+}  // namespace flamia::forward

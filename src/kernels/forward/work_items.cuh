@@ -1,0 +1,31 @@
+// The persistent loop's work items: every (query tile, query head), in the plan's order. The
+// producer and the consumers walk the same sequence independently (static round-robin over
+// CTAs), so no hand-off is needed.
+#pragma once
+
+#include "kernels/forward/forward_params.h"
+#include "kernels/forward/tile_geometry.cuh"
+
+namespace flamia::forward {
+
+struct WorkItem {
+  int head;
+  int kv_head;
+  TileGeometry geo;
+};
+
+template <int kBlockN>
+__device__ __forceinline__ WorkItem work_item(const ForwardParams& p, int index) {
+  const TileItem tile = p.schedule.tiles[index / p.heads_q];
+  WorkItem w;
+  w.head = index % p.heads_q;
+  w.kv_head = w.head / p.group_size;
+  w.geo = tile_geometry<kBlockM, kBlockN>(tile, p.cu_seqlens_q, p.cu_seqlens_k, p.causal != 0);
+  return w;
+}
+
+__device__ __forceinline__ int work_item_count(const ForwardParams& p) {
+  return *p.schedule.num_tiles * p.heads_q;
+}
+
+}  // namespace flamia::forward

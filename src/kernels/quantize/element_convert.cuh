@@ -1,0 +1,131 @@
+// Element-level conversions of the quantize pass: BF16 unpacking, the per-copy transforms,
+// E4M3 encoding with the hardware's satfinite RNE conversion (bit-identical to e4m3_encode),
+// E4M3 decoding, and the 4x4 byte transpose behind the token-major copies.
+#pragma once
+
+#include <cstdint>
+
+#include "common/fp8_numerics.h"
+#include "kernels/quantize/quantize_job.h"
+
+namespace flamia::quantize {
+
+constexpr int kChunkVectors = 2;         // a chunk of 16 BF16 channels is two 16-byte vectors
+constexpr int kBf16PerVector = 8;
+constexpr int kCodeWords = kChunkChannels / 4;  // 16 E4M3 codes = 4 words
+
+struct Bf16Chunk {
+  uint4 v[kChunkVectors];
+};
+
+// BF16 -> FP32 is exact: the BF16 bits are the high half of the FP32 bits.
+__device__ __forceinline__ void unpack_chunk(const Bf16Chunk& c, float (&x)[kChunkChannels]) {
+#pragma unroll
+  for (int h = 0; h < kChunkVectors; ++h) {
+    const uint32_t w[4] = {c.v[h].x, c.v[h].y, c.v[h].z, c.v[h].w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      x[h * kBf16PerVector + 2 * i] = __uint_as_float(w[i] << 16);
+      x[h * kBf16PerVector + 2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+    }
+  }
+}
+
+__device__ __forceinline__ Bf16Chunk load_chunk(const TensorSource& src, int64_t token, int head,
+                                                int chunk) {
+  const uint4* p = reinterpret_cast<const uint4*>(src.data + token * src.token_stride +
+                                                  int64_t(head) * src.head_stride +
+                                                  chunk * kChunkChannels);
+  return {{__ldg(p), __ldg(p + 1)}};
+}
+
+__device__ __forceinline__ Bf16Chunk zero_chunk() {
+  return {{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)}};
+}
+
+__device__ __forceinline__ void load_vector_chunk(const float* v, float (&x)[kChunkChannels]) {
+  const float4* p = reinterpret_cast<const float4*>(v);
+#pragma unroll
+  for (int i = 0; i < kChunkChannels / 4; ++i) {
+    const float4 f = __ldg(p + i);
+    x[4 * i] = f.x;
+    x[4 * i + 1] = f.y;
+    x[4 * i + 2] = f.z;
+    x[4 * i + 3] = f.w;
+  }
+}
+
+// The transform of a copy, applied in FP32 exactly as the reference's element source does:
+// one subtraction (x - m) or one IEEE division (x / l). `shift` is m for the subtract kinds.
+__device__ __forceinline__ void apply_transform(Transform transform,
+                                                const float (&shift)[kChunkChannels], float l,
+                                                float (&x)[kChunkChannels]) {
+  if (transform == Transform::kSubtractFirstKey || transform == Transform::kSubtractVector) {
+#pragma unroll
+    for (int i = 0; i < kChunkChannels; ++i) x[i] = __fsub_rn(x[i], shift[i]);
+  } else if (transform == Transform::kDivideByL) {
+#pragma unroll
+    for (int i = 0; i < kChunkChannels; ++i) x[i] = __fdiv_rn(x[i], l);
+  }
+}
+
+__device__ __forceinline__ float chunk_amax(const float (&x)[kChunkChannels]) {
+  float a = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kChunkChannels; ++i) a = fmaxf(a, fabsf(x[i]));
+  return a;
+}
+
+// e4m3x2 with x0 in the low byte; cvt puts its first source in the high byte.
+__device__ __forceinline__ uint32_t encode_e4m3x2(float x0, float x1) {
+  uint16_t pair;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(pair) : "f"(x1), "f"(x0));
+  return pair;
+}
+
+// q8(x * 2^-e) for 16 channels, packed little-endian (channel 0 in byte 0 of word 0). The
+// product by an exact power of two is a separate rounding step, as in quantize_e4m3.
+__device__ __forceinline__ void encode_chunk(const float (&x)[kChunkChannels], float inv_scale,
+                                             uint32_t (&codes)[kCodeWords]) {
+#pragma unroll
+  for (int w = 0; w < kCodeWords; ++w) {
+    const uint32_t lo = encode_e4m3x2(__fmul_rn(x[4 * w], inv_scale),
+                                      __fmul_rn(x[4 * w + 1], inv_scale));
+    const uint32_t hi = encode_e4m3x2(__fmul_rn(x[4 * w + 2], inv_scale),
+                                      __fmul_rn(x[4 * w + 3], inv_scale));
+    codes[w] = lo | hi << 16;
+  }
+}
+
+// Exact E4M3 -> FP32 of the 4 codes of one word (via the exact e4m3x2 -> f16x2 conversion).
+__device__ __forceinline__ void decode_word(uint32_t word, float (&x)[4]) {
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint16_t pair = uint16_t(word >> (16 * h));
+    uint32_t halves;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(halves) : "h"(pair));
+    float lo, hi;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(lo) : "h"(uint16_t(halves & 0xFFFFu)));
+    asm("cvt.f32.f16 %0, %1;" : "=f"(hi) : "h"(uint16_t(halves >> 16)));
+    x[2 * h] = lo;
+    x[2 * h + 1] = hi;
+  }
+}
+
+// 4x4 byte transpose: out[b] byte j = in[j] byte b.
+__device__ __forceinline__ void transpose_bytes(const uint32_t (&in)[4], uint32_t (&out)[4]) {
+  constexpr uint32_t kInterleaveLow = 0x5140;   // a.b0 b.b0 a.b1 b.b1
+  constexpr uint32_t kInterleaveHigh = 0x7362;  // a.b2 b.b2 a.b3 b.b3
+  constexpr uint32_t kLowHalves = 0x5410;       // a.h0 b.h0
+  constexpr uint32_t kHighHalves = 0x7632;      // a.h1 b.h1
+  const uint32_t t01_lo = __byte_perm(in[0], in[1], kInterleaveLow);
+  const uint32_t t01_hi = __byte_perm(in[0], in[1], kInterleaveHigh);
+  const uint32_t t23_lo = __byte_perm(in[2], in[3], kInterleaveLow);
+  const uint32_t t23_hi = __byte_perm(in[2], in[3], kInterleaveHigh);
+  out[0] = __byte_perm(t01_lo, t23_lo, kLowHalves);
+  out[1] = __byte_perm(t01_lo, t23_lo, kHighHalves);
+  out[2] = __byte_perm(t01_hi, t23_hi, kLowHalves);
+  out[3] = __byte_perm(t01_hi, t23_hi, kHighHalves);
+}
+
+}  // namespace flamia::quantize

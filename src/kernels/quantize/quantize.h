@@ -1,0 +1,49 @@
+// The fused quantize pass: BF16 -> E4M3 values + per-(head, token) power-of-two exponents in
+// every layout the attention kernels read (docs/numerics.md §3). One read of each BF16 input.
+//
+// Every output pointer may be null: that copy (or exponent array) is then not written. Value
+// pointers must be 16-byte aligned; inputs 16-byte aligned with strides that are multiples of 8
+// elements. Argument errors return cudaErrorInvalidValue before anything is launched.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/layout.h"
+#include "common/views.h"
+
+namespace flamia {
+
+struct QuantizeForwardArgs {
+  PackedShape shape;
+  ScaleMode scale_mode = ScaleMode::kExact;
+  KeySmoothing key_smoothing = KeySmoothing::kNone;
+  const float* key_smoothing_vector = nullptr;  // [heads_kv][head_dim] for kVector
+  float softmax_scale = 1.0f;                   // for the LSE shift of key smoothing
+  Bf16View q, k, v;
+  ForwardOperands out;  // q, k, v_t (+ lse_shift when smoothing; zeros when kNone)
+  const int32_t* device_status = nullptr;  // skip all work when non-zero
+};
+
+struct QuantizeBackwardArgs {
+  PackedShape shape;
+  ScaleMode scale_mode = ScaleMode::kExact;
+  Bf16View q, k, v, o, d_o;
+  const float* softmax_stats = nullptr;  // [heads_q][total_q][2] = {M, l}
+  BackwardOperands out;
+  const int32_t* device_status = nullptr;
+  // Optional (extension): the forward's copies rebuilt from the same read of q, k, v, so the
+  // backward needs one quantize pass in all. fwd_out.q/k/v_t as in QuantizeForwardArgs (K̂
+  // from k - m with the smoothing below); lse_shift is written too when non-null.
+  ForwardOperands fwd_out;
+  KeySmoothing key_smoothing = KeySmoothing::kNone;
+  const float* key_smoothing_vector = nullptr;  // [heads_kv][head_dim] for kVector
+  float softmax_scale = 1.0f;                   // only for fwd_out.lse_shift
+};
+
+// Head dims the quantize pass is compiled for (64, 128, 256).
+bool quantize_supports_head_dim(int head_dim);
+
+cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_t stream);
+cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStream_t stream);
+
+}  // namespace flamia

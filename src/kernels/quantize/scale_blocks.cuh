@@ -1,0 +1,41 @@
+// Scale blocks (docs/numerics.md §2): the token range whose amax sets a token's exponent.
+#pragma once
+
+#include "common/fp8_numerics.h"
+#include "kernels/quantize/quantize_job.h"
+
+namespace flamia::quantize {
+
+struct TokenRange {
+  int begin;
+  int end;
+};
+
+// The block of `kind` that holds token t of the document [doc_begin, doc_end).
+__device__ __forceinline__ TokenRange scale_block(BlockKind kind, int t, int doc_begin,
+                                                  int doc_end) {
+  switch (kind) {
+    case BlockKind::kBlock32: {
+      const int begin = doc_begin + (t - doc_begin) / kBlock32Tokens * kBlock32Tokens;
+      return {begin, min(begin + kBlock32Tokens, doc_end)};
+    }
+    case BlockKind::kTile64: {
+      // Tile-aligned: blocks start at floor16(doc_begin) + 64 n, clipped to the document.
+      const int origin = doc_begin / kPermutationGroup * kPermutationGroup;
+      const int begin = origin + (t - origin) / kTileAlignedQueryBlock * kTileAlignedQueryBlock;
+      return {max(begin, doc_begin), min(begin + kTileAlignedQueryBlock, doc_end)};
+    }
+    case BlockKind::kToken:
+    default:
+      return {t, t + 1};
+  }
+}
+
+// Amax bits are FP32 bit patterns of non-negative values (NaN excluded), so unsigned order is
+// float order and shared-memory atomicMax combines them.
+__device__ __forceinline__ uint32_t amax_bits(float amax) {
+  // A NaN amax (0/0 in the dO/l copy) is ignored like the reference's std::max ignores it.
+  return amax == amax ? __float_as_uint(amax) : 0u;
+}
+
+}  // namespace flamia::quantize

@@ -1,0 +1,44 @@
+// Helpers shared by the CPU reference tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "reference/attention_ref.h"
+
+namespace flamia::ref::test {
+
+template <typename T>
+bool all_finite(const std::vector<T>& x) {
+  for (const T& v : x)
+    if (!std::isfinite(double(v))) return false;
+  return true;
+}
+
+// Largest |a - b| over matching finite entries; NaN if any entry of a is NaN.
+template <typename A, typename B>
+double max_abs_diff(const std::vector<A>& a, const std::vector<B>& b) {
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    if (std::isnan(double(a[i]))) return std::nan("");
+    if (std::isinf(double(a[i])) && double(a[i]) == double(b[i])) continue;
+    worst = std::max(worst, std::fabs(double(a[i]) - double(b[i])));
+  }
+  return worst;
+}
+
+inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (float_bits(a[i]) != float_bits(b[i])) return false;
+  return true;
+}
+
+inline const char* mode_name(ScaleMode mode) {
+  return mode == ScaleMode::kExact ? "exact" : "block32";
+}
+
+}  // namespace flamia::ref::test

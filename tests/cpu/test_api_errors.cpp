@@ -1,0 +1,91 @@
+// Status names, the thread-local last error message, path descriptions and the argument checks
+// of flamia_check_device_status, on the CPU.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+#include <thread>
+
+#include "cpu/test_api_setup.h"
+
+namespace flamia_test {
+namespace {
+
+TEST(ApiErrors, EveryStatusHasItsOwnName) {
+  const flamia_status all[] = {FLAMIA_OK,
+                               FLAMIA_ERROR_INVALID_ARGUMENT,
+                               FLAMIA_ERROR_UNSUPPORTED,
+                               FLAMIA_ERROR_WORKSPACE,
+                               FLAMIA_ERROR_CUDA,
+                               FLAMIA_ERROR_INVALID_SEQLENS,
+                               FLAMIA_ERROR_NO_DEVICE};
+  std::set<std::string> names;
+  for (flamia_status status : all) names.insert(flamia_status_name(status));
+  EXPECT_EQ(names.size(), std::size(all));
+  EXPECT_STREQ(flamia_status_name(FLAMIA_OK), "FLAMIA_OK");
+  EXPECT_STREQ(flamia_status_name(FLAMIA_ERROR_INVALID_SEQLENS), "FLAMIA_ERROR_INVALID_SEQLENS");
+  flamia_status unknown;
+  set_raw_enum(unknown, 42);
+  EXPECT_STREQ(flamia_status_name(unknown), "FLAMIA_UNKNOWN_STATUS");
+}
+
+TEST(ApiErrors, LastErrorIsPerThread) {
+  ASSERT_EQ(flamia_forward(nullptr), FLAMIA_ERROR_INVALID_ARGUMENT);
+  std::string other_before;
+  std::string other_after;
+  std::thread other([&] {
+    other_before = flamia_last_error_message();  // a fresh thread has none
+    flamia_backward(nullptr);
+    other_after = flamia_last_error_message();
+  });
+  other.join();
+  EXPECT_EQ(other_before, "");
+  EXPECT_TRUE(contains(other_after.c_str(), "flamia_backward: args is NULL"));
+  EXPECT_TRUE(contains(flamia_last_error_message(), "flamia_forward: args is NULL"));
+}
+
+TEST(ApiErrors, DescribeNamesThePath) {
+  ForwardSetup setup;
+  std::string text = flamia_describe_forward(&setup.args);
+  EXPECT_TRUE(contains(text.c_str(), "sm90a fp8 forward")) << text;
+  EXPECT_TRUE(contains(text.c_str(), "hdim 128")) << text;
+  EXPECT_TRUE(contains(text.c_str(), "exact scales")) << text;
+  EXPECT_TRUE(contains(text.c_str(), "causal")) << text;
+
+  setup.args.problem.head_dim = 64;
+  setup.args.problem.scale_mode = FLAMIA_SCALE_BLOCK32;
+  setup.args.problem.causal = 0;
+  setup.args.problem.key_smoothing = FLAMIA_SMOOTH_FIRST_KEY;
+  text = flamia_describe_forward(&setup.args);
+  EXPECT_TRUE(contains(text.c_str(), "hdim 64")) << text;
+  EXPECT_TRUE(contains(text.c_str(), "block32 scales")) << text;
+  EXPECT_TRUE(contains(text.c_str(), "non-causal")) << text;
+  EXPECT_TRUE(contains(text.c_str(), "first-key smoothing")) << text;
+  // Static storage: the same pointer each time.
+  EXPECT_EQ(flamia_describe_forward(&setup.args), flamia_describe_forward(&setup.args));
+}
+
+TEST(ApiErrors, DescribeRejectsBadProblems) {
+  EXPECT_TRUE(contains(flamia_describe_forward(nullptr), "flamia_last_error_message"));
+  EXPECT_TRUE(contains(flamia_last_error_message(), "flamia_describe_forward: args is NULL"));
+  ForwardSetup setup;
+  setup.args.problem.head_dim = 96;
+  EXPECT_TRUE(contains(flamia_describe_forward(&setup.args), "no kernel path"));
+  EXPECT_TRUE(contains(flamia_last_error_message(), "problem.head_dim 96"));
+}
+
+TEST(ApiErrors, CheckDeviceStatusValidatesItsArguments) {
+  EXPECT_EQ(flamia_check_device_status(nullptr, nullptr), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(flamia_last_error_message(), "flamia_check_device_status: workspace"));
+  EXPECT_EQ(flamia_check_device_status(fake_device(0, 16), nullptr), FLAMIA_ERROR_WORKSPACE);
+  EXPECT_TRUE(contains(flamia_last_error_message(), "256-byte aligned"));
+}
+
+TEST(ApiErrors, CheckDeviceStatusNeedsTheDevice) {
+  if (sm90_device_present()) GTEST_SKIP() << "an sm_90 GPU is present (GPU tests cover it)";
+  EXPECT_EQ(flamia_check_device_status(fake_device(0), nullptr), FLAMIA_ERROR_NO_DEVICE);
+  EXPECT_TRUE(contains(flamia_last_error_message(), "flamia_check_device_status: "));
+}
+
+}  // namespace
+}  // namespace flamia_test

@@ -1,0 +1,72 @@
+// Helpers shared by the GPU test suites: skip without an sm_90 GPU, device buffers, poisoning.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace flamia::test {
+
+// True when an sm_90 (Hopper) GPU is present.
+inline bool has_sm90() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess || count == 0) {
+    cudaGetLastError();
+    return false;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) return false;
+  return prop.major == 9 && prop.minor == 0;
+}
+
+// Use at the top of every GPU test: skips (and says so) without an sm_90 GPU.
+#define FLAMIA_REQUIRE_SM90()                                                     \
+  do {                                                                            \
+    if (!::flamia::test::has_sm90()) GTEST_SKIP() << "no sm_90 GPU: GPU test skipped"; \
+  } while (0)
+
+#define FLAMIA_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(expr)
+
+// A device allocation of `count` elements of T (at least one byte so pointers are valid).
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t count) : count_(count) {
+    if (cudaMalloc(&ptr_, count * sizeof(T) + 16) != cudaSuccess) ptr_ = nullptr;
+  }
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& other) noexcept { *this = std::move(other); }
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept {
+    std::swap(ptr_, other.ptr_);
+    std::swap(count_, other.count_);
+    return *this;
+  }
+  T* get() const { return static_cast<T*>(ptr_); }
+  size_t size() const { return count_; }
+  void upload(const std::vector<T>& host) {
+    if (!host.empty()) cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(count_);
+    if (count_) cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost);
+    return host;
+  }
+  // Fills every byte with `byte` (0xFF makes BF16/FP32 NaN): outputs must overwrite it.
+  void poison(uint8_t byte = 0xFF) { cudaMemset(ptr_, byte, count_ * sizeof(T) + 16); }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t count_ = 0;
+};
+
+}  // namespace flamia::test

@@ -1,0 +1,229 @@
+// Shared by the backward GPU tests: problem cases, the reference's operands uploaded to the
+// device, and one launch_backward run with poisoned, strided outputs.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpu_test_utils.h"
+#include "kernels/backward/backward.h"
+#include "reference/attention_ref.h"
+
+namespace flamia::test {
+
+struct BackwardCase {
+  std::string name;
+  std::vector<int> q_docs;
+  std::vector<int> k_docs;  // empty: the same lengths as q_docs
+  int heads_q = 2;
+  int heads_kv = 2;
+  int head_dim = 128;
+  bool causal = true;
+  ScaleMode mode = ScaleMode::kExact;
+  BackwardPrecision precision = BackwardPrecision::kFp8;
+  KeySmoothing smoothing = KeySmoothing::kNone;
+  float key_bias = 0.0f;
+  bool sink = false;
+};
+
+inline ref::Problem make_case_problem(const BackwardCase& c) {
+  ref::Problem p = ref::make_problem(c.q_docs, c.heads_q, c.heads_kv, c.head_dim, c.causal, c.mode);
+  if (!c.k_docs.empty()) {
+    p.cu_seqlens_k.assign(1, 0);
+    for (int length : c.k_docs) p.cu_seqlens_k.push_back(p.cu_seqlens_k.back() + length);
+  }
+  p.key_smoothing = c.smoothing;
+  return p;
+}
+
+inline ref::Inputs make_case_inputs(const BackwardCase& c, const ref::Problem& p) {
+  ref::InputOptions options;
+  options.seed = std::hash<std::string>{}(c.name);
+  options.key_bias = c.key_bias;
+  options.sink_token = c.sink;
+  return ref::make_inputs(p, options);
+}
+
+// Everything the backward kernel reads, as the reference builds it (the bit-exact spec of the
+// quantize pass), from the given forward output and stats.
+struct HostOperands {
+  ref::ForwardOperandsRef fwd;
+  ref::BackwardOperandsRef bwd;
+};
+
+inline HostOperands make_host_operands(const ref::Problem& p, const ref::Inputs& in,
+                                       const ref::HostTensor& o,
+                                       const std::vector<float>& stats) {
+  HostOperands ops;
+  ops.fwd = ref::quantize_forward_operands(p, in);
+  ops.bwd = ref::quantize_backward_operands(p, in, ops.fwd, o, stats);
+  return ops;
+}
+
+inline PackedShape packed_shape_of(const ref::Problem& p) {
+  PackedShape s;
+  s.batch = p.batch();
+  s.total_q = p.total_q();
+  s.total_k = p.total_k();
+  s.heads_q = p.heads_q;
+  s.heads_kv = p.heads_kv;
+  s.head_dim = p.head_dim;
+  s.causal = p.causal;
+  for (int b = 0; b < p.batch(); ++b) {
+    s.max_seqlen_q = std::max(s.max_seqlen_q, p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b]);
+    s.max_seqlen_k = std::max(s.max_seqlen_k, p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b]);
+  }
+  return s;
+}
+
+// A BF16 output (tokens, heads, D) with padded strides (head pitch D + 8, so strides are not
+// the dense ones), poisoned with NaN before every run.
+class StridedOutput {
+ public:
+  static constexpr int kHeadPad = 8;
+  StridedOutput(int tokens, int heads, int dim)
+      : tokens_(tokens), heads_(heads), dim_(dim),
+        buffer_(size_t(tokens) * heads * (dim + kHeadPad)) {}
+  Bf16MutableView view() const {
+    return {buffer_.get(), int64_t(heads_) * (dim_ + kHeadPad), int64_t(dim_ + kHeadPad)};
+  }
+  void poison() { buffer_.poison(); }
+  // The written elements as raw bits, dense [tokens][heads][D].
+  std::vector<uint16_t> bits() const {
+    const std::vector<uint16_t> raw = buffer_.download();
+    std::vector<uint16_t> out(size_t(tokens_) * heads_ * dim_);
+    for (int t = 0; t < tokens_; ++t)
+      for (int h = 0; h < heads_; ++h)
+        for (int d = 0; d < dim_; ++d)
+          out[(size_t(t) * heads_ + h) * dim_ + d] =
+              raw[(size_t(t) * heads_ + h) * (dim_ + kHeadPad) + d];
+    return out;
+  }
+
+ private:
+  int tokens_, heads_, dim_;
+  DeviceBuffer<uint16_t> buffer_;
+};
+
+inline std::vector<float> bits_to_float(const std::vector<uint16_t>& bits) {
+  std::vector<float> out(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) out[i] = ref::bf16_to_float(bits[i]);
+  return out;
+}
+
+inline std::vector<uint8_t> exponent_bytes(const std::vector<int8_t>& e) {
+  return std::vector<uint8_t>(e.begin(), e.end());
+}
+
+struct BackwardRun {
+  std::vector<uint16_t> dq, dk, dv;  // raw BF16 bits, dense
+  std::vector<float> p_hat;          // debug output (when requested)
+  cudaError_t launch = cudaSuccess;
+  cudaError_t sync = cudaSuccess;
+};
+
+// The reference's operands on the device, and launch_backward on them.
+class DeviceBackwardProblem {
+ public:
+  DeviceBackwardProblem(const ref::Problem& p, const ref::Inputs& in, const HostOperands& ops,
+                        const std::vector<float>& stats)
+      : p_(p),
+        cu_q_(p.cu_seqlens_q),
+        cu_k_(p.cu_seqlens_k),
+        q_(ops.fwd.q.values),
+        q_exp_(exponent_bytes(ops.fwd.q.exponents)),
+        k_(ops.fwd.k.values),
+        k_exp_(exponent_bytes(ops.fwd.k.exponents)),
+        v_t_(ops.fwd.v_t),
+        v_(ops.fwd.v.values),
+        v_exp_(exponent_bytes(ops.fwd.v.exponents)),
+        q_t_(ops.bwd.q_t),
+        k_centered_t_(ops.bwd.k_centered_t),
+        k_centered_exp_(exponent_bytes(ops.bwd.k_centered.exponents)),
+        d_o_(ops.bwd.d_o.values),
+        d_o_exp_(exponent_bytes(ops.bwd.d_o.exponents)),
+        d_o_scaled_t_(ops.bwd.d_o_scaled_t),
+        d_o_scaled_exp_(exponent_bytes(ops.bwd.d_o_scaled.exponents)),
+        delta_(ops.bwd.delta),
+        stats_(stats),
+        q16_(in.q.bits),
+        k16_(in.k.bits),
+        v16_(in.v.bits),
+        d_o16_(in.d_o.bits),
+        dq_(p.total_q(), p.heads_q, p.head_dim),
+        dk_(p.total_k(), p.heads_kv, p.head_dim),
+        dv_(p.total_k(), p.heads_kv, p.head_dim) {}
+
+  BackwardRun run(BackwardPrecision precision, bool deterministic, bool debug_p_hat = false) {
+    BackwardKernelArgs a;
+    a.shape = packed_shape_of(p_);
+    a.shape.cu_seqlens_q = cu_q_.get();
+    a.shape.cu_seqlens_k = cu_k_.get();
+    a.softmax_scale = p_.softmax_scale;
+    a.precision = precision;
+    a.deterministic = deterministic;
+    auto exps = [](const DeviceBuffer<uint8_t>& e) { return reinterpret_cast<int8_t*>(e.get()); };
+    a.fwd.q = {q_.get(), exps(q_exp_)};
+    a.fwd.k = {k_.get(), exps(k_exp_)};
+    a.fwd.v_t = {v_t_.get(), exps(v_exp_)};
+    a.bwd.q_t = {q_t_.get(), exps(q_exp_)};
+    a.bwd.k_centered_t = {k_centered_t_.get(), exps(k_centered_exp_)};
+    a.bwd.v = {v_.get(), exps(v_exp_)};
+    a.bwd.d_o = {d_o_.get(), exps(d_o_exp_)};
+    a.bwd.d_o_scaled_t = {d_o_scaled_t_.get(), exps(d_o_scaled_exp_)};
+    a.bwd.delta = delta_.get();
+    const int64_t dq_pitch = int64_t(p_.heads_q) * p_.head_dim;
+    const int64_t dk_pitch = int64_t(p_.heads_kv) * p_.head_dim;
+    a.q = {q16_.get(), dq_pitch, p_.head_dim};
+    a.k = {k16_.get(), dk_pitch, p_.head_dim};
+    a.v = {v16_.get(), dk_pitch, p_.head_dim};
+    a.d_o = {d_o16_.get(), dq_pitch, p_.head_dim};
+    a.softmax_stats = stats_.get();
+    dq_.poison();
+    dk_.poison();
+    dv_.poison();
+    a.dq = dq_.view();
+    a.dk = dk_.view();
+    a.dv = dv_.view();
+    DeviceBuffer<uint8_t> scratch(backward_scratch_bytes(a.shape, deterministic));
+    scratch.poison();  // the kernel must zero what it accumulates into
+    a.scratch = scratch.get();
+    const size_t p_hat_count =
+        debug_p_hat ? size_t(p_.heads_q) * p_.total_q() * p_.total_k() : 0;
+    DeviceBuffer<float> p_hat(p_hat_count);
+    if (debug_p_hat) {
+      cudaMemset(p_hat.get(), 0, p_hat_count * sizeof(float));
+      a.debug_p_hat = p_hat.get();
+    }
+    BackwardRun r;
+    r.launch = launch_backward(a, nullptr);
+    r.sync = cudaDeviceSynchronize();
+    r.dq = dq_.bits();
+    r.dk = dk_.bits();
+    r.dv = dv_.bits();
+    if (debug_p_hat) r.p_hat = p_hat.download();
+    return r;
+  }
+
+ private:
+  const ref::Problem& p_;
+  DeviceBuffer<int32_t> cu_q_, cu_k_;
+  DeviceBuffer<uint8_t> q_, q_exp_, k_, k_exp_, v_t_, v_, v_exp_, q_t_, k_centered_t_,
+      k_centered_exp_, d_o_, d_o_exp_, d_o_scaled_t_, d_o_scaled_exp_;
+  DeviceBuffer<float> delta_, stats_;
+  DeviceBuffer<uint16_t> q16_, k16_, v16_, d_o16_;
+  StridedOutput dq_, dk_, dv_;
+};
+
+// Number of elements that are NaN or infinite (a poisoned element never written reads NaN).
+inline size_t count_not_finite(const std::vector<float>& x) {
+  return size_t(std::count_if(x.begin(), x.end(), [](float v) { return !std::isfinite(v); }));
+}
+
+}  // namespace flamia::test

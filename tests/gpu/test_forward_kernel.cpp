@@ -1,0 +1,152 @@
+// The forward kernel alone, fed with the reference's quantized operands (so a quantize-pass bug
+// cannot hide here), against the CPU reference of the contract and against float64.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "gpu_test_utils.h"
+#include "kernels/forward/forward.h"
+#include "reference/attention_ref.h"
+
+namespace flamia::test {
+namespace {
+
+struct ForwardCase {
+  std::string name;
+  std::vector<int> docs;
+  int heads_q;
+  int heads_kv;
+  int head_dim;
+  bool causal;
+  ScaleMode mode;
+  KeySmoothing smoothing = KeySmoothing::kNone;
+  float key_bias = 0.0f;
+};
+
+struct ForwardOutputs {
+  std::vector<float> o;  // FP32 copy of the BF16 output
+  std::vector<float> lse;
+  std::vector<float> stats;
+};
+
+// Runs launch_forward on the reference's quantized operands; outputs are poisoned first.
+ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs& inputs) {
+  const ref::ForwardOperandsRef ops = ref::quantize_forward_operands(problem, inputs);
+  DeviceBuffer<int32_t> cu_q(problem.cu_seqlens_q), cu_k(problem.cu_seqlens_k);
+  DeviceBuffer<uint8_t> q(ops.q.values), k(ops.k.values), v_t(ops.v_t);
+  auto to_bytes = [](const std::vector<int8_t>& e) { return std::vector<uint8_t>(e.begin(), e.end()); };
+  DeviceBuffer<uint8_t> q_exp(to_bytes(ops.q.exponents)), k_exp(to_bytes(ops.k.exponents)),
+      v_exp(to_bytes(ops.v.exponents));
+  DeviceBuffer<float> lse_shift(ops.lse_shift);
+  const size_t out_elems = size_t(problem.total_q()) * problem.heads_q * problem.head_dim;
+  DeviceBuffer<uint16_t> o(out_elems);
+  DeviceBuffer<float> lse(size_t(problem.heads_q) * problem.total_q());
+  DeviceBuffer<float> stats(size_t(problem.heads_q) * problem.total_q() * 2);
+  o.poison();
+  lse.poison();
+  stats.poison();
+
+  ForwardKernelArgs args;
+  PackedShape& s = args.shape;
+  s.cu_seqlens_q = cu_q.get();
+  s.cu_seqlens_k = cu_k.get();
+  s.batch = problem.batch();
+  s.total_q = problem.total_q();
+  s.total_k = problem.total_k();
+  s.heads_q = problem.heads_q;
+  s.heads_kv = problem.heads_kv;
+  s.head_dim = problem.head_dim;
+  s.causal = problem.causal;
+  for (int b = 0; b < problem.batch(); ++b) {
+    s.max_seqlen_q = std::max(s.max_seqlen_q, problem.cu_seqlens_q[b + 1] - problem.cu_seqlens_q[b]);
+    s.max_seqlen_k = std::max(s.max_seqlen_k, problem.cu_seqlens_k[b + 1] - problem.cu_seqlens_k[b]);
+  }
+  args.softmax_scale = problem.softmax_scale;
+  args.in.q = {q.get(), reinterpret_cast<int8_t*>(q_exp.get())};
+  args.in.k = {k.get(), reinterpret_cast<int8_t*>(k_exp.get())};
+  args.in.v_t = {v_t.get(), reinterpret_cast<int8_t*>(v_exp.get())};
+  args.in.lse_shift = ops.lse_shift.empty() ? nullptr : lse_shift.get();
+  args.o = {o.get(), int64_t(problem.heads_q) * problem.head_dim, problem.head_dim};
+  args.lse = lse.get();
+  args.softmax_stats = stats.get();
+  DeviceBuffer<uint8_t> schedule(forward_scheduler_workspace_bytes(s));
+  args.scheduler_workspace = schedule.get();
+  EXPECT_EQ(launch_forward(args, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+
+  ForwardOutputs out;
+  for (uint16_t bits : o.download()) out.o.push_back(ref::bf16_to_float(bits));
+  out.lse = lse.download();
+  out.stats = stats.download();
+  return out;
+}
+
+class ForwardKernelTest : public ::testing::TestWithParam<ForwardCase> {};
+
+TEST_P(ForwardKernelTest, MatchesReference) {
+  FLAMIA_REQUIRE_SM90();
+  const ForwardCase& c = GetParam();
+  ref::Problem problem =
+      ref::make_problem(c.docs, c.heads_q, c.heads_kv, c.head_dim, c.causal, c.mode);
+  problem.key_smoothing = c.smoothing;
+  ref::InputOptions options;
+  options.seed = std::hash<std::string>{}(c.name);
+  options.key_bias = c.key_bias;
+  const ref::Inputs inputs = ref::make_inputs(problem, options);
+  const ForwardOutputs gpu = run_forward_kernel(problem, inputs);
+  const ref::ForwardResult expected = ref::forward(problem, inputs);
+  const ref::Float64Result exact = ref::float64_attention(problem, inputs, false);
+
+  for (float x : gpu.o) ASSERT_FALSE(std::isnan(x) || std::isinf(x)) << "O not finite/written";
+  // The contract's output is BF16: compare with the reference's BF16 O.
+  const double err_vs_ref = ref::rel_l2(gpu.o, expected.o_bf16.to_float());
+  const double err_gpu = ref::rel_l2(gpu.o, exact.o);
+  const double err_ref = ref::rel_l2(expected.o, exact.o);
+  EXPECT_LE(err_vs_ref, 5e-3);
+  EXPECT_LE(err_gpu, 1.1 * err_ref + 1e-3);
+  double lse_err = 0.0;
+  for (size_t i = 0; i < gpu.lse.size(); ++i) {
+    if (std::isinf(expected.lse[i])) {
+      EXPECT_TRUE(std::isinf(gpu.lse[i]) && gpu.lse[i] < 0) << "row " << i;
+      continue;
+    }
+    ASSERT_TRUE(std::isfinite(gpu.lse[i])) << "LSE row " << i;
+    // relative to the logits' size: the FP8 error of S scales with |q||k|
+    lse_err = std::max(lse_err, double(std::fabs(gpu.lse[i] - expected.lse[i])) /
+                                    std::max(1.0, double(std::fabs(expected.lse[i]))));
+  }
+  EXPECT_LE(lse_err, 2e-3);
+  int m_mismatch = 0;
+  for (size_t i = 0; i < gpu.stats.size(); i += 2) m_mismatch += gpu.stats[i] != expected.softmax_stats[i];
+  EXPECT_LE(m_mismatch, int(gpu.stats.size() / 2 / 100 + 1)) << "integer offsets M differ";
+  std::printf("[forward %s] rel_l2 vs ref %.3g, vs f64 %.3g (ref %.3g), max|dLSE| %.3g\n",
+              c.name.c_str(), err_vs_ref, err_gpu, err_ref, lse_err);
+}
+
+std::vector<ForwardCase> forward_cases() {
+  std::vector<ForwardCase> cases;
+  const std::vector<int> awkward = {1, 17, 113, 0, 300, 2049};
+  for (int d : {64, 128})
+    for (bool causal : {true, false})
+      for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kBlock32}) {
+        const std::string tag = "d" + std::to_string(d) + (causal ? "_causal" : "_full") +
+                                (mode == ScaleMode::kExact ? "_exact" : "_block32");
+        cases.push_back({tag + "_mha", awkward, 2, 2, d, causal, mode});
+        cases.push_back({tag + "_gqa4", {130, 7, 700}, 8, 2, d, causal, mode});
+      }
+  cases.push_back({"d128_long", {4100, 33, 1500}, 2, 1, 128, true, ScaleMode::kExact});
+  cases.push_back({"d128_keybias", {1000, 600}, 2, 2, 128, true, ScaleMode::kExact,
+                   KeySmoothing::kNone, 6.0f});
+  cases.push_back({"d128_keybias_smoothed", {1000, 600}, 2, 2, 128, true, ScaleMode::kExact,
+                   KeySmoothing::kFirstKey, 6.0f});
+  cases.push_back({"d64_many_tiny", std::vector<int>(300, 5), 4, 4, 64, true, ScaleMode::kExact});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ForwardKernelTest, ::testing::ValuesIn(forward_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace flamia::test

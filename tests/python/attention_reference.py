@@ -1,0 +1,159 @@
+"""References for the Python tests, in plain PyTorch (any device).
+
+- `attention_f64`: unquantized softmax attention in float64 over packed documents (GQA,
+  bottom-right causal, fully masked rows give O = 0 and LSE = -inf); differentiable.
+- `contract_forward`: the forward of docs/numerics.md §1-§4 (E4M3 operands with power-of-two
+  scales per token or per document-local 32-token block, integer row maximum M, quantized P̂,
+  unquantized l), as the C++ reference computes it. The kernels must match it to within the
+  tolerances of §7, far tighter than their distance from float64.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+E4M3_MAX = 448.0
+SCALE_BLOCK = 32  # block32 scale blocks (document-local)
+P_OFFSET = 8  # P̂ = q8(exp2(t - M + 8)): its row maximum lies in (128, 256]
+EXPONENT_MIN, EXPONENT_MAX = -126, 127
+
+
+def doc_bounds(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
+    cu = cu_seqlens.tolist()
+    return list(zip(cu[:-1], cu[1:]))
+
+
+def causal_mask(lq: int, lk: int, device) -> torch.Tensor:
+    """Bottom-right aligned: query i sees key j when j <= i + (lk - lq)."""
+    i = torch.arange(lq, device=device).unsqueeze(1)
+    j = torch.arange(lk, device=device).unsqueeze(0)
+    return j <= i + (lk - lq)
+
+
+def attention_f64(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal):
+    """Float64 attention; q (Tq, Hq, D), k/v (Tk, Hkv, D) of any float dtype. Returns
+    (out (Tq, Hq, D) float64, lse (Hq, Tq) float64). Differentiable in q, k, v."""
+    q, k, v = q.double(), k.double(), v.double()
+    group = q.shape[1] // k.shape[1]
+    outs, lses = [], []
+    for (qs, qe), (ks, ke) in zip(doc_bounds(cu_seqlens_q), doc_bounds(cu_seqlens_k)):
+        lq, lk = qe - qs, ke - ks
+        qd = q[qs:qe].transpose(0, 1)  # (Hq, lq, D)
+        kd = k[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)
+        vd = v[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)
+        s = softmax_scale * qd @ kd.transpose(1, 2)  # (Hq, lq, lk)
+        visible = (causal_mask(lq, lk, q.device) if causal
+                   else torch.ones(lq, lk, dtype=torch.bool, device=q.device))
+        s = s.masked_fill(~visible, -math.inf)
+        row_max = s.amax(dim=2, keepdim=True) if lk > 0 else s.new_full((q.shape[1], lq, 1),
+                                                                         -math.inf)
+        row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+        p = torch.exp(s - row_max) * visible
+        l = p.sum(dim=2, keepdim=True)
+        has_key = l > 0
+        o = torch.where(has_key, (p @ vd) / torch.where(has_key, l, torch.ones_like(l)), 0.0)
+        lse = torch.where(has_key, torch.log(torch.where(has_key, l, torch.ones_like(l)))
+                          + row_max, -math.inf)
+        outs.append(o.transpose(0, 1))
+        lses.append(lse.squeeze(2))
+    return torch.cat(outs, dim=0), torch.cat(lses, dim=1)
+
+
+# ---- the numerics contract (docs/numerics.md) ---------------------------------------------------
+
+
+def e4m3(x: torch.Tensor) -> torch.Tensor:
+    """q8(x): E4M3 round to nearest even, returned as float32. Callers keep |x| <= 448."""
+    return x.float().to(torch.float8_e4m3fn).float()
+
+
+def scale_exponent(amax: torch.Tensor) -> torch.Tensor:
+    """The §1 scale rule: the smallest e with amax * 2^-e <= 448, from amax's FP32 exponent and
+    mantissa; 0 for amax 0, NaN or Inf. Returns int32."""
+    a = amax.float()
+    mantissa, exponent = torch.frexp(a)  # a = mantissa * 2^exponent, mantissa in [0.5, 1)
+    fp32_exponent = exponent - 1  # a = (2 * mantissa) * 2^(exponent - 1), 2 * mantissa in [1, 2)
+    e = torch.where(2 * mantissa <= 1.75, fp32_exponent - 8, fp32_exponent - 7)
+    e = e.clamp(EXPONENT_MIN, EXPONENT_MAX)
+    return torch.where((a == 0) | ~torch.isfinite(a), torch.zeros_like(e), e).int()
+
+
+def block_exponents(x: torch.Tensor, cu_seqlens: torch.Tensor, scale_mode: str) -> torch.Tensor:
+    """Per (token, head) exponents of x (T, H, D) for `scale_mode` (§2): one per token, or one
+    per document-local 32-token block repeated over its tokens."""
+    token_amax = x.float().abs().amax(dim=2)  # (T, H)
+    if scale_mode == "exact":
+        return scale_exponent(token_amax)
+    amax = token_amax.clone()
+    for start, end in doc_bounds(cu_seqlens):
+        for b in range(start, end, SCALE_BLOCK):
+            e = min(b + SCALE_BLOCK, end)
+            amax[b:e] = token_amax[b:e].amax(dim=0, keepdim=True)
+    return scale_exponent(amax)
+
+
+def _quantize(x: torch.Tensor, exponents: torch.Tensor) -> torch.Tensor:
+    return e4m3(x.float() * torch.exp2(-exponents.float()).unsqueeze(2))
+
+
+def _smoothing_vectors(k: torch.Tensor, cu_seqlens_k: torch.Tensor, key_smoothing) -> torch.Tensor:
+    """m per key token (Tk, Hkv, D) float32 for §4.1."""
+    if isinstance(key_smoothing, torch.Tensor):
+        return key_smoothing.float().unsqueeze(0).expand(k.shape[0], -1, -1)
+    m = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
+    if key_smoothing == "first_key":
+        for start, end in doc_bounds(cu_seqlens_k):
+            if end > start:
+                m[start:end] = k[start].float()
+    return m
+
+
+def contract_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
+                     scale_mode="exact", key_smoothing="none"):
+    """The forward of docs/numerics.md §4 for BF16 q, k, v. Returns (out float32, lse float32)."""
+    heads_q, heads_kv = q.shape[1], k.shape[1]
+    group = heads_q // heads_kv
+    eq = block_exponents(q, cu_seqlens_q, scale_mode)
+    m = _smoothing_vectors(k, cu_seqlens_k, key_smoothing)
+    k_shifted = k.float() - m
+    ek = block_exponents(k_shifted, cu_seqlens_k, scale_mode)
+    ev = block_exponents(v, cu_seqlens_k, scale_mode)
+    q_hat, k_hat, v_hat = _quantize(q, eq), _quantize(k_shifted, ek), _quantize(v, ev)
+    c = torch.tensor(softmax_scale * math.log2(math.e), dtype=torch.float32)
+    out = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+    lse = torch.full((heads_q, q.shape[0]), -math.inf, dtype=torch.float32, device=q.device)
+    for (qs, qe), (ks, ke) in zip(doc_bounds(cu_seqlens_q), doc_bounds(cu_seqlens_k)):
+        lq, lk = qe - qs, ke - ks
+        if lq == 0 or lk == 0:
+            continue
+        visible = (causal_mask(lq, lk, q.device) if causal
+                   else torch.ones(lq, lk, dtype=torch.bool, device=q.device))
+        for h in range(heads_q):
+            g = h // group
+            s = (q_hat[qs:qe, h].double() @ k_hat[ks:ke, g].double().T).float()  # exact, to FP32
+            row_factor = (c * torch.exp2(eq[qs:qe, h].float())).unsqueeze(1)  # exact in FP32
+            col_factor = torch.exp2(ek[ks:ke, g].float()).unsqueeze(0)
+            ev_row = ev[ks:ke, g].float().unsqueeze(0)
+            # fma(S * 2^ek, c * 2^eq, ev): the product is exact in double, one rounding to FP32.
+            t = ((s * col_factor).double() * row_factor.double() + ev_row.double()).float()
+            t = t.masked_fill(~visible, -math.inf)
+            row_max = torch.ceil(t.amax(dim=1, keepdim=True))
+            has_key = torch.isfinite(row_max)
+            row_max = torch.where(has_key, row_max, torch.zeros_like(row_max))
+            p = torch.exp2(t - row_max + P_OFFSET)  # masked: exp2(-inf) = 0
+            p_hat = e4m3(p)
+            l = (p.double() * torch.exp2(-ev_row.double())).sum(dim=1, keepdim=True).float()
+            o = (p_hat.double() @ v_hat[ks:ke, g].double()).float() / l
+            out[qs:qe, h] = torch.where(has_key, o, 0.0)
+            row_lse = torch.log(l) + (row_max - P_OFFSET) * math.log(2.0)
+            shift = softmax_scale * (q[qs:qe, h].float() * m[ks, g].unsqueeze(0)).sum(dim=1)
+            lse[h, qs:qe] = torch.where(has_key, row_lse, -math.inf).squeeze(1) + shift
+    return out, lse
+
+
+def rel_l2(x: torch.Tensor, reference: torch.Tensor) -> float:
+    x, reference = x.double(), reference.double()
+    return float(torch.linalg.vector_norm(x - reference)
+                 / torch.linalg.vector_norm(reference).clamp_min(1e-30))

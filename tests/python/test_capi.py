@@ -1,0 +1,252 @@
+"""The ctypes layer: struct layouts against the C header, marshalling through a stub library,
+status codes turned into exceptions, and library discovery (CPU only)."""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import re
+import subprocess
+
+import pytest
+import torch
+
+import flamia
+from conftest import REPO, c_compiler
+from flamia import _capi, _ops
+
+C_NAMES = {
+    _capi.Tensor: "flamia_tensor",
+    _capi.Problem: "flamia_problem",
+    _capi.ForwardArgs: "flamia_forward_args",
+    _capi.BackwardArgs: "flamia_backward_args",
+}
+
+
+def test_struct_layouts_match_the_header(tmp_path):
+    cc = c_compiler()
+    if cc is None:
+        pytest.skip("no C compiler (cc, gcc or clang) to compile include/flamia/flamia.h")
+    lines = ['#include <stddef.h>', '#include <stdio.h>', '#include "flamia/flamia.h"',
+             "int main(void) {"]
+    for struct, c_name in C_NAMES.items():
+        lines.append(f'  printf("{c_name} sizeof %zu\\n", sizeof({c_name}));')
+        for field, _ in struct._fields_:
+            lines.append(f'  printf("{c_name} {field} %zu %zu\\n", offsetof({c_name}, {field}), '
+                         f"sizeof((({c_name}*)0)->{field}));")
+    lines += ["  return 0;", "}"]
+    source = tmp_path / "layout.c"
+    source.write_text("\n".join(lines))
+    exe = tmp_path / "layout"
+    subprocess.run([cc, f"-I{REPO / 'include'}", str(source), "-o", str(exe)], check=True)
+    c_layout = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    py_layout = []
+    for struct, c_name in C_NAMES.items():
+        py_layout.append(f"{c_name} sizeof {ctypes.sizeof(struct)}")
+        for field, ctype in struct._fields_:
+            py_layout.append(f"{c_name} {field} {getattr(struct, field).offset} "
+                             f"{ctypes.sizeof(ctype)}")
+    assert c_layout.split("\n")[:-1] == py_layout
+
+
+def test_enums_match_the_header():
+    header = (REPO / "include" / "flamia" / "flamia.h").read_text()
+    for enum_cls, prefix in ((_capi.Status, "FLAMIA_"), (_capi.ScaleMode, "FLAMIA_SCALE_"),
+                             (_capi.Precision, "FLAMIA_PRECISION_"),
+                             (_capi.KeySmoothing, "FLAMIA_SMOOTH_")):
+        for member in enum_cls:
+            match = re.search(rf"\b{prefix}{member.name}\s*=\s*(\d+)", header)
+            assert match, f"{prefix}{member.name} not in flamia.h"
+            assert int(match.group(1)) == member.value, member
+
+
+@pytest.fixture
+def stub(stub_library, monkeypatch):
+    monkeypatch.setenv(_capi.LIBRARY_ENV, str(stub_library))
+    _capi._reset_for_tests()
+    lib = _capi.library()
+    lib.flamia_stub_describe_backward.argtypes = [ctypes.POINTER(_capi.BackwardArgs)]
+    lib.flamia_stub_describe_backward.restype = ctypes.c_char_p
+    yield lib
+    _capi._reset_for_tests()
+
+
+def _fields(description: str) -> dict:
+    out = {}
+    for name, value in re.findall(r"(\w+)=(\S+)", description):
+        if value == "(nil)":
+            value = "0"
+        out[name] = value
+    return out
+
+
+def _addr(value: str) -> int:
+    return int(value, 16) if value.startswith("0x") else int(value)
+
+
+def _cpu_problem(heads_q=8, heads_kv=2, head_dim=128, total_q=150, total_k=150, strided=False):
+    q = torch.randn(total_q, heads_q, head_dim, dtype=torch.bfloat16)
+    if strided:  # q as a slice of a packed qkv projection: token stride 3 * heads * head_dim
+        q = torch.randn(total_q, 3, heads_q, head_dim, dtype=torch.bfloat16)[:, 1]
+    k = torch.randn(total_k, heads_kv, head_dim, dtype=torch.bfloat16)
+    v = torch.randn(total_k, heads_kv, head_dim, dtype=torch.bfloat16)
+    cu_q = torch.tensor([0, 17, 17, total_q], dtype=torch.int32)
+    cu_k = torch.tensor([0, 5, 30, total_k], dtype=torch.int32)
+    return q, k, v, cu_q, cu_k
+
+
+STREAM = 0x5EA
+
+
+@pytest.mark.parametrize("strided", [False, True])
+def test_forward_marshalling(stub, strided):
+    q, k, v, cu_q, cu_k = _cpu_problem(strided=strided, total_k=140)
+    vector = torch.randn(2, 128)
+    out, lse, stats = _ops._forward_outputs(q)
+    problem = _ops.make_problem(q, k, cu_q, cu_k, 133, 110, 0.0883883, True, "block32",
+                                "vector", vector)
+    args = _ops.make_forward_args(q, k, v, out, lse, stats, problem, ctypes.c_void_p(STREAM))
+    f = _fields(_ops.describe_forward(args))
+    assert _addr(f["cu_q"]) == cu_q.data_ptr() and _addr(f["cu_k"]) == cu_k.data_ptr()
+    assert _addr(f["host_q"]) == 0 and _addr(f["host_k"]) == 0
+    assert (int(f["batch"]), int(f["total_q"]), int(f["total_k"])) == (3, 150, 140)
+    assert (int(f["heads_q"]), int(f["heads_kv"]), int(f["head_dim"])) == (8, 2, 128)
+    assert (int(f["max_q"]), int(f["max_k"])) == (133, 110)
+    assert math.isclose(float(f["scale"]), 0.0883883, rel_tol=1e-6)
+    assert int(f["causal"]) == 1
+    assert int(f["scale_mode"]) == _capi.ScaleMode.BLOCK32
+    assert int(f["smoothing"]) == _capi.KeySmoothing.VECTOR
+    assert _addr(f["vector"]) == vector.data_ptr()
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", out)):
+        ptr, token_stride, head_stride = f[name].split("/")
+        assert (_addr(ptr), int(token_stride), int(head_stride)) == \
+            (t.data_ptr(), t.stride(0), t.stride(1)), name
+    assert _addr(f["lse"]) == lse.data_ptr() and _addr(f["stats"]) == stats.data_ptr()
+    assert _addr(f["stream"]) == STREAM
+    if strided:
+        assert q.stride(0) == 3 * 8 * 128
+
+
+def test_backward_marshalling(stub):
+    q, k, v, cu_q, cu_k = _cpu_problem(heads_q=4, heads_kv=4, head_dim=64)
+    out, lse, stats = _ops._forward_outputs(q)
+    dout = torch.randn_like(out)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    problem = _ops.make_problem(q, k, cu_q, cu_k, 133, 133, 0.125, False, "exact", "first_key",
+                                None)
+    args = _ops.make_backward_args(dout, q, k, v, out, lse, stats, dq, dk, dv, problem,
+                                   "fp8-bf16grad", True, ctypes.c_void_p(STREAM))
+    f = _fields(stub.flamia_stub_describe_backward(ctypes.byref(args)).decode())
+    assert int(f["precision"]) == _capi.Precision.FP8_BF16GRAD
+    assert int(f["deterministic"]) == 1
+    assert (int(f["batch"]), int(f["total_q"]), int(f["total_k"])) == (3, 150, 150)
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", out), ("d_o", dout), ("dq", dq),
+                    ("dk", dk), ("dv", dv)):
+        ptr, token_stride, head_stride = f[name].split("/")
+        assert (_addr(ptr), int(token_stride), int(head_stride)) == \
+            (t.data_ptr(), t.stride(0), t.stride(1)), name
+    assert _addr(f["lse"]) == lse.data_ptr() and _addr(f["stats"]) == stats.data_ptr()
+    assert _addr(f["stream"]) == STREAM
+
+
+def test_status_becomes_flamia_error(stub):
+    q, k, v, cu_q, cu_k = _cpu_problem()
+    out, lse, stats = _ops._forward_outputs(q)
+    problem = _ops.make_problem(q, k, cu_q, cu_k, 133, 133, 13.0, False, "exact", "none", None)
+    args = _ops.make_forward_args(q, k, v, out, lse, stats, problem, ctypes.c_void_p(0))
+    with pytest.raises(flamia.FlamiaError) as info:
+        _capi.check("flamia_forward", stub.flamia_forward(ctypes.byref(args)))
+    assert info.value.status == _capi.Status.ERROR_INVALID_ARGUMENT
+    assert isinstance(info.value, RuntimeError)
+    text = str(info.value)
+    assert "flamia_forward" in text and "FLAMIA_ERROR_INVALID_ARGUMENT" in text
+    assert "stub: bad scale" in text  # flamia_last_error_message()
+
+    problem.head_dim = 96
+    args.problem = problem
+    size = ctypes.c_size_t(0)
+    with pytest.raises(flamia.FlamiaError, match="FLAMIA_ERROR_UNSUPPORTED.*head_dim 96"):
+        _capi.check("flamia_forward_workspace_size",
+                    stub.flamia_forward_workspace_size(ctypes.byref(args), ctypes.byref(size)))
+
+
+def test_ok_status_passes_and_workspace_size_is_returned(stub):
+    q, k, v, cu_q, cu_k = _cpu_problem()
+    out, lse, stats = _ops._forward_outputs(q)
+    problem = _ops.make_problem(q, k, cu_q, cu_k, 133, 133, 0.1, False, "exact", "none", None)
+    args = _ops.make_forward_args(q, k, v, out, lse, stats, problem, ctypes.c_void_p(0))
+    size = ctypes.c_size_t(0)
+    _capi.check("flamia_forward_workspace_size",
+                stub.flamia_forward_workspace_size(ctypes.byref(args), ctypes.byref(size)))
+    assert size.value == 4096 + 150  # the stub's formula: the value crossed the boundary
+
+
+def test_status_names(stub):
+    for status in _capi.Status:
+        assert _capi.status_name(status) == f"FLAMIA_{status.name}"
+
+
+def test_library_env_is_used(stub, stub_library):
+    assert flamia.library_path() == stub_library
+    assert flamia.load_library() == stub_library
+
+
+def test_missing_library_error_names_the_paths(monkeypatch, tmp_path):
+    missing = tmp_path / "nowhere" / "libflamia.so"
+    monkeypatch.setenv(_capi.LIBRARY_ENV, str(missing))
+    _capi._reset_for_tests()
+    try:
+        with pytest.raises(flamia.LibraryNotFound) as info:
+            flamia.load_library()
+        assert str(missing) in str(info.value) and "install-python" in str(info.value)
+        assert isinstance(info.value, OSError)
+    finally:
+        _capi._reset_for_tests()
+
+
+def test_search_order_without_env(monkeypatch):
+    monkeypatch.delenv(_capi.LIBRARY_ENV, raising=False)
+    paths = flamia.candidate_paths()
+    assert paths[0] == REPO / "python" / "flamia" / "_lib" / "libflamia.so"
+    assert paths[1] == REPO / "build" / "libflamia.so"
+
+
+def test_a_library_without_the_api_is_rejected(monkeypatch, tmp_path):
+    cc = c_compiler()
+    if cc is None:
+        pytest.skip("no C compiler to build a library without the flamia API")
+    source = tmp_path / "empty.c"
+    source.write_text("int not_flamia(void) { return 0; }\n")
+    lib = tmp_path / "libempty.so"
+    subprocess.run([cc, "-shared", "-fPIC", str(source), "-o", str(lib)], check=True)
+    monkeypatch.setenv(_capi.LIBRARY_ENV, str(lib))
+    _capi._reset_for_tests()
+    try:
+        with pytest.raises(flamia.LibraryNotFound, match="flamia_forward"):
+            flamia.load_library()
+    finally:
+        _capi._reset_for_tests()
+
+
+def _real_library():
+    for path in (REPO / "python" / "flamia" / "_lib" / "libflamia.so",
+                 REPO / "build" / "libflamia.so"):
+        if path.is_file():
+            return path
+    return None
+
+
+def test_real_library_exports_the_api(monkeypatch):
+    path = _real_library()
+    if path is None:
+        pytest.skip("libflamia.so is not built (cmake --build build) in this checkout")
+    monkeypatch.setenv(_capi.LIBRARY_ENV, str(path))
+    _capi._reset_for_tests()
+    try:
+        lib = _capi.library()  # declares (and so checks) every entry point of flamia.h
+        for status in _capi.Status:
+            name = lib.flamia_status_name(int(status))
+            assert name and name.decode(), status
+        assert isinstance(_capi.last_error_message(), str)
+    finally:
+        _capi._reset_for_tests()

@@ -1,0 +1,404 @@
+"""GPU tests of the Python package against PyTorch references (need an sm_90 GPU and
+libflamia.so; skipped with the reason otherwise).
+
+Bounds: on N(0, 1) inputs, relative L2 error against float64 attention at most 0.08 for O and
+0.1 for dQ, dK, dV. Tighter, from docs/numerics.md §7: the forward against the contract
+emulation of attention_reference.contract_forward within 5e-3 (O) and 1e-3 (LSE), and no
+further from float64 than 1.1x the emulation's own error + 1e-3; the BF16-gradient backward no
+less accurate than the FP8 one on dQ and dK (it uses strictly finer operands there)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import flamia
+from attention_reference import attention_f64, contract_forward, doc_bounds, rel_l2
+
+BF16 = torch.bfloat16
+DEVICE = "cuda"
+O_BOUND, GRAD_BOUND = 0.08, 0.1
+CONTRACT_O_BOUND, CONTRACT_LSE_BOUND = 5e-3, 1e-3
+CONTRACT_RATIO, CONTRACT_SLACK = 1.1, 1e-3
+LSE_F64_BOUND = 0.25  # absolute; FP8 S moves LSE by a few 1e-2 on N(0, 1) data
+AWKWARD = [1, 17, 113, 0, 2049, 300]  # incl. an empty document and a 2k+1 one
+
+
+def _skip_reason() -> str | None:
+    if not torch.cuda.is_available():
+        return "no CUDA GPU (torch.cuda.is_available() is False)"
+    major, minor = torch.cuda.get_device_capability()
+    if (major, minor) != (9, 0):
+        return f"flamia needs an sm_90 (Hopper) GPU; this one is sm_{major}{minor}"
+    return None
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_skip_reason() is not None,
+                                                  reason=str(_skip_reason()))]
+
+
+def _cu(seqlens, device=None):
+    cu = [0]
+    for n in seqlens:
+        cu.append(cu[-1] + n)
+    return torch.tensor(cu, dtype=torch.int32, device=device or DEVICE)
+
+
+def _sync():
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
+
+
+def _poison_allocator(nbytes=1 << 28):
+    """Leaves NaN in the caching allocator's free blocks, so outputs the library forgot to
+    write show up as NaN (best effort: later allocations usually reuse these blocks)."""
+    torch.full((nbytes // 4,), math.nan, dtype=torch.float32, device=DEVICE)
+    _sync()
+
+
+def make(seqlens_q, seqlens_k=None, heads_q=8, heads_kv=2, head_dim=128, seed=0,
+         requires_grad=True):
+    seqlens_k = seqlens_q if seqlens_k is None else seqlens_k
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    total_q, total_k = sum(seqlens_q), sum(seqlens_k)
+
+    def randn(*shape):
+        t = torch.randn(*shape, generator=gen, device=DEVICE, dtype=torch.float32).to(BF16)
+        return t.requires_grad_(requires_grad)
+
+    q = randn(total_q, heads_q, head_dim)
+    k = randn(total_k, heads_kv, head_dim)
+    v = randn(total_k, heads_kv, head_dim)
+    return dict(q=q, k=k, v=v, cu_seqlens_q=_cu(seqlens_q), cu_seqlens_k=_cu(seqlens_k),
+                max_seqlen_q=max(seqlens_q), max_seqlen_k=max(seqlens_k))
+
+
+def run(p, dout=None, **kwargs):
+    """Forward (and backward when dout is given) through flamia; returns a dict of results."""
+    for name in ("q", "k", "v"):
+        p[name].grad = None
+    _poison_allocator()
+    out, lse = flamia.attn_varlen_func(p["q"], p["k"], p["v"], p["cu_seqlens_q"],
+                                       p["cu_seqlens_k"], p["max_seqlen_q"], p["max_seqlen_k"],
+                                       return_lse=True, **kwargs)
+    result = dict(out=out.detach(), lse=lse)
+    if dout is not None:
+        out.backward(dout)
+        result.update(dq=p["q"].grad.clone(), dk=p["k"].grad.clone(), dv=p["v"].grad.clone())
+    _sync()
+    return result
+
+
+def reference(p, dout, causal, softmax_scale=None):
+    q, k, v = (p[n].detach().double().requires_grad_() for n in ("q", "k", "v"))
+    scale = softmax_scale or 1.0 / math.sqrt(q.shape[2])
+    out, lse = attention_f64(q, k, v, p["cu_seqlens_q"], p["cu_seqlens_k"], scale, causal)
+    result = dict(out=out.detach(), lse=lse.detach())
+    if dout is not None:
+        out.backward(dout.double())
+        result.update(dq=q.grad, dk=k.grad, dv=v.grad)
+    return result
+
+
+def assert_finite(result):
+    for name, t in result.items():
+        if name == "lse":
+            assert not torch.isnan(t).any(), "lse has NaN"
+            assert not (t == math.inf).any(), "lse has +inf"
+        else:
+            assert torch.isfinite(t).all(), f"{name} has NaN or Inf"
+
+
+def errors(result, ref):
+    return {name: rel_l2(result[name], ref[name]) for name in ("out", "dq", "dk", "dv")
+            if name in result}
+
+
+# ---- accuracy -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("heads_q, heads_kv", [(8, 8), (8, 2), (4, 1)])
+@pytest.mark.parametrize("scale_mode", ["exact", "block32"])
+@pytest.mark.parametrize("precision", ["fp8", "fp8-bf16grad"])
+def test_causal_varlen_against_float64(head_dim, heads_q, heads_kv, scale_mode, precision):
+    p = make(AWKWARD, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim)
+    dout = torch.randn_like(p["q"])
+    result = run(p, dout, causal=True, scale_mode=scale_mode, precision=precision)
+    ref = reference(p, dout, causal=True)
+    assert_finite(result)
+    err = errors(result, ref)
+    assert err["out"] <= O_BOUND, err
+    for name in ("dq", "dk", "dv"):
+        assert err[name] <= GRAD_BOUND, err
+    assert (result["lse"].double() - ref["lse"]).abs().max() <= LSE_F64_BOUND
+
+
+@pytest.mark.parametrize("seqlens_q, seqlens_k", [
+    ([5, 17, 0, 64, 3], [9, 1, 33, 128, 0]),  # the last document has queries but no key
+    ([113], [2049]),
+])
+def test_noncausal_cross_lengths(seqlens_q, seqlens_k):
+    p = make(seqlens_q, seqlens_k, heads_q=4, heads_kv=2, head_dim=64)
+    dout = torch.randn_like(p["q"])
+    result = run(p, dout, causal=False)
+    ref = reference(p, dout, causal=False)
+    assert_finite(result)
+    err = errors(result, ref)
+    assert err["out"] <= O_BOUND and max(err["dq"], err["dk"], err["dv"]) <= GRAD_BOUND, err
+    # Rows with no visible key: O = 0 exactly and LSE = -inf.
+    for (qs, qe), (ks, ke) in zip(doc_bounds(p["cu_seqlens_q"]), doc_bounds(p["cu_seqlens_k"])):
+        if ke == ks and qe > qs:
+            assert (result["out"][qs:qe] == 0).all()
+            assert (result["lse"][:, qs:qe] == -math.inf).all()
+            assert (result["dq"][qs:qe] == 0).all()
+
+
+@pytest.mark.parametrize("scale_mode", ["exact", "block32"])
+@pytest.mark.parametrize("key_smoothing", ["none", "first_key"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_forward_matches_the_numerics_contract(scale_mode, key_smoothing, head_dim):
+    p = make(AWKWARD, heads_q=4, heads_kv=2, head_dim=head_dim, requires_grad=False)
+    scale = 1.0 / math.sqrt(head_dim)
+    result = run(p, None, causal=True, scale_mode=scale_mode, key_smoothing=key_smoothing)
+    emulated_out, emulated_lse = contract_forward(p["q"], p["k"], p["v"], p["cu_seqlens_q"],
+                                                  p["cu_seqlens_k"], scale, True, scale_mode,
+                                                  key_smoothing)
+    ref = reference(p, None, causal=True)
+    assert rel_l2(result["out"], emulated_out) <= CONTRACT_O_BOUND
+    assert (result["lse"] - emulated_lse).abs().max() <= CONTRACT_LSE_BOUND
+    own = rel_l2(emulated_out, ref["out"])
+    assert rel_l2(result["out"], ref["out"]) <= CONTRACT_RATIO * own + CONTRACT_SLACK
+
+
+def test_vector_key_smoothing_against_the_contract():
+    p = make([300, 77], heads_q=4, heads_kv=2, head_dim=128, requires_grad=False)
+    # Keys with a large shared component: the case key smoothing exists for.
+    shared = 4.0 * torch.randn(2, 128, device=DEVICE)
+    p["k"] = (p["k"].float() + shared).to(BF16)
+    vector = shared.float().contiguous()
+    result = run(p, None, causal=True, key_smoothing=vector)
+    emulated_out, emulated_lse = contract_forward(p["q"], p["k"], p["v"], p["cu_seqlens_q"],
+                                                  p["cu_seqlens_k"], 1 / math.sqrt(128), True,
+                                                  "exact", vector)
+    assert rel_l2(result["out"], emulated_out) <= CONTRACT_O_BOUND
+    assert (result["lse"] - emulated_lse).abs().max() <= CONTRACT_LSE_BOUND
+
+
+def test_bf16_gradients_are_at_least_as_accurate():
+    p = make(AWKWARD, heads_q=8, heads_kv=2, head_dim=128)
+    dout = torch.randn_like(p["q"])
+    ref = reference(p, dout, causal=True)
+    fp8 = errors(run(p, dout, causal=True, precision="fp8"), ref)
+    bf16 = errors(run(p, dout, causal=True, precision="fp8-bf16grad"), ref)
+    for name in ("dq", "dk"):
+        assert bf16[name] <= fp8[name] + CONTRACT_SLACK, (fp8, bf16)
+
+
+def test_softmax_scale_is_used():
+    p = make([257, 64], heads_q=4, heads_kv=4, head_dim=64)
+    dout = torch.randn_like(p["q"])
+    result = run(p, dout, causal=True, softmax_scale=0.3)
+    ref = reference(p, dout, causal=True, softmax_scale=0.3)
+    err = errors(result, ref)
+    assert err["out"] <= O_BOUND and max(err["dq"], err["dk"], err["dv"]) <= GRAD_BOUND, err
+
+
+# ---- causality: the property the exact scale mode promises ------------------------------------
+
+
+@pytest.mark.parametrize("scale_mode", ["exact", "block32"])
+def test_outputs_do_not_depend_on_later_tokens_or_other_documents(scale_mode):
+    seqlens = [300, 190]
+    cut = 150  # perturb document 0 from this position on, and all of document 1
+    p = make(seqlens, heads_q=8, heads_kv=2, head_dim=128, requires_grad=False)
+    before = run(p, None, causal=True, scale_mode=scale_mode)
+    for name in ("q", "k", "v"):
+        t = p[name].clone()
+        t[cut:] = torch.randn_like(t[cut:]) * 3
+        p[name] = t
+    after = run(p, None, causal=True, scale_mode=scale_mode)
+    # exact: every earlier row is bitwise unchanged; block32: rows of earlier 32-token blocks.
+    keep = cut if scale_mode == "exact" else cut // 32 * 32
+    assert torch.equal(before["out"][:keep], after["out"][:keep])
+    assert torch.equal(before["lse"][:, :keep], after["lse"][:, :keep])
+    assert not torch.equal(before["out"][cut:], after["out"][cut:])  # the test can fail
+
+    # The other direction: perturbing document 1 leaves document 0 bitwise unchanged.
+    p2 = make(seqlens, heads_q=8, heads_kv=2, head_dim=128, requires_grad=False, seed=1)
+    first = run(p2, None, causal=False, scale_mode=scale_mode)
+    for name in ("q", "k", "v"):
+        t = p2[name].clone()
+        t[seqlens[0]:] = t[seqlens[0]:] * 5 + 1
+        p2[name] = t
+    second = run(p2, None, causal=False, scale_mode=scale_mode)
+    assert torch.equal(first["out"][:seqlens[0]], second["out"][:seqlens[0]])
+
+
+# ---- determinism, compile, graphs -------------------------------------------------------------
+
+
+def test_forward_is_bitwise_repeatable_and_deterministic_backward_too():
+    p = make(AWKWARD, heads_q=8, heads_kv=2, head_dim=128)
+    dout = torch.randn_like(p["q"])
+    first = run(p, dout, causal=True, deterministic=True)
+    for _ in range(2):
+        again = run(p, dout, causal=True, deterministic=True)
+        for name in ("out", "lse", "dq", "dk", "dv"):
+            assert torch.equal(first[name], again[name]), name
+
+
+def test_batched_matches_varlen():
+    batch, seqlen, heads_q, heads_kv, head_dim = 3, 193, 8, 2, 64
+    q = torch.randn(batch, seqlen, heads_q, head_dim, device=DEVICE, dtype=BF16)
+    k = torch.randn(batch, seqlen, heads_kv, head_dim, device=DEVICE, dtype=BF16)
+    v = torch.randn(batch, seqlen, heads_kv, head_dim, device=DEVICE, dtype=BF16)
+    out, lse = flamia.attn_func(q, k, v, causal=True, return_lse=True)
+    assert out.shape == q.shape and lse.shape == (batch, heads_q, seqlen)
+    cu = _cu([seqlen] * batch)
+    ref_out, ref_lse = flamia.attn_varlen_func(
+        q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), cu, cu, seqlen, seqlen, causal=True,
+        return_lse=True)
+    assert torch.equal(out.flatten(0, 1), ref_out)
+    assert torch.equal(lse, ref_lse.view(heads_q, batch, seqlen).transpose(0, 1))
+
+
+def test_strided_inputs_match_contiguous():
+    # q, k, v as views into one packed projection (token stride > heads * head_dim).
+    total, heads, head_dim = 400, 4, 128
+    qkv = torch.randn(total, 3, heads, head_dim, device=DEVICE, dtype=BF16)
+    cu = _cu([1, 17, 113, 269])
+    views = [qkv[:, i] for i in range(3)]
+    copies = [t.contiguous() for t in views]
+    out_views = flamia.attn_varlen_func(*views, cu, cu, 269, 269, causal=True)
+    out_copies = flamia.attn_varlen_func(*copies, cu, cu, 269, 269, causal=True)
+    assert torch.equal(out_views, out_copies)
+
+
+def _attention_step(q, k, v, cu, max_seqlen, dout):
+    out = flamia.attn_varlen_func(q, k, v, cu, cu, max_seqlen, max_seqlen, causal=True,
+                                  deterministic=True)
+    dq, dk, dv = torch.autograd.grad(out, (q, k, v), dout)
+    return out, dq, dk, dv
+
+
+def test_torch_compile_fullgraph_matches_eager():
+    torch._dynamo.reset()
+    p = make(AWKWARD, heads_q=8, heads_kv=2, head_dim=128)
+    dout = torch.randn_like(p["q"])
+    q, k, v, cu = p["q"], p["k"], p["v"], p["cu_seqlens_q"]
+
+    def step(q, k, v, cu, dout):
+        out = flamia.attn_varlen_func(q, k, v, cu, cu, 2049, 2049, causal=True,
+                                      deterministic=True)
+        return out * 1.0
+
+    compiled = torch.compile(step, fullgraph=True)
+    out_c = compiled(q, k, v, cu, dout)
+    grads_c = torch.autograd.grad(out_c, (q, k, v), dout)
+    out_e = step(q, k, v, cu, dout)
+    grads_e = torch.autograd.grad(out_e, (q, k, v), dout)
+    assert torch.equal(out_c, out_e)
+    for a, b in zip(grads_c, grads_e):
+        assert torch.equal(a, b)
+
+
+def test_cuda_graph_capture_and_replay():
+    p = make(AWKWARD, heads_q=8, heads_kv=2, head_dim=128)
+    static = {n: p[n].detach().clone().requires_grad_() for n in ("q", "k", "v")}
+    cu, max_seqlen = p["cu_seqlens_q"], p["max_seqlen_q"]
+    static_dout = torch.randn_like(p["q"])
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the graph (loads the library, allocates)
+        for _ in range(2):
+            _attention_step(static["q"], static["k"], static["v"], cu, max_seqlen, static_dout)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        graph_out = _attention_step(static["q"], static["k"], static["v"], cu, max_seqlen,
+                                    static_dout)
+    for seed in (3, 4):
+        fresh = make(AWKWARD, heads_q=8, heads_kv=2, head_dim=128, seed=seed)
+        with torch.no_grad():
+            for n in ("q", "k", "v"):
+                static[n].copy_(fresh[n])
+            static_dout.normal_()
+        graph.replay()
+        _sync()
+        eager = _attention_step(fresh["q"], fresh["k"], fresh["v"], cu, max_seqlen, static_dout)
+        for a, b in zip(graph_out, eager):
+            assert torch.equal(a, b)
+
+
+# ---- edge cases, errors, observability -------------------------------------------------------
+
+
+def test_no_keys_and_no_queries():
+    p = make([0, 0], [4, 9], heads_q=4, heads_kv=4, head_dim=64)
+    out, lse = flamia.attn_varlen_func(p["q"], p["k"], p["v"], p["cu_seqlens_q"],
+                                       p["cu_seqlens_k"], 0, 9, return_lse=True)
+    assert out.shape == (0, 4, 64) and lse.shape == (4, 0)
+    p = make([3, 5], [0, 0], heads_q=4, heads_kv=4, head_dim=64)
+    out, lse = flamia.attn_varlen_func(p["q"], p["k"], p["v"], p["cu_seqlens_q"],
+                                       p["cu_seqlens_k"], 5, 0, return_lse=True)
+    assert (out == 0).all() and (lse == -math.inf).all()
+    out.float().sum().backward()
+    assert (p["q"].grad == 0).all()
+
+
+def test_invalid_cu_seqlens_found_on_the_device(monkeypatch):
+    p = make([64, 64], heads_q=4, heads_kv=4, head_dim=64, requires_grad=False)
+    bad = torch.tensor([0, 100, 64], dtype=torch.int32, device=DEVICE)  # decreasing
+
+    def call():
+        return flamia.attn_varlen_func(p["q"], p["k"], p["v"], bad, bad, 100, 100, causal=True)
+
+    # Without the debug check nothing synchronises, and the outputs say it: all NaN.
+    monkeypatch.delenv("FLAMIA_CHECK_DEVICE", raising=False)
+    out = call()
+    _sync()
+    assert torch.isnan(out).all()
+    monkeypatch.setenv("FLAMIA_CHECK_DEVICE", "1")
+    with pytest.raises(flamia.FlamiaError) as info:
+        call()
+    assert "INVALID_SEQLENS" in str(info.value)
+
+
+def test_misaligned_input_is_refused_or_correct():
+    # q starting one element past an allocation: the Python checks let it through (the last
+    # dimension is contiguous); the library must either refuse it with a FlamiaError
+    # (a RuntimeError) or compute the same result as an aligned copy, never run on silently.
+    total, heads, head_dim = 200, 4, 64
+    p = make([200], heads_q=heads, heads_kv=heads, head_dim=head_dim, requires_grad=False)
+    storage = torch.empty(total * heads * head_dim + 1, device=DEVICE, dtype=BF16)
+    q = storage[1:].view(total, heads, head_dim)
+    q.copy_(p["q"])
+    args = (p["k"], p["v"], p["cu_seqlens_q"], p["cu_seqlens_k"], 200, 200)
+    try:
+        out = flamia.attn_varlen_func(q, *args, causal=True)
+        _sync()
+    except RuntimeError as exc:
+        assert isinstance(exc, flamia.FlamiaError), exc
+        return
+    assert torch.equal(out, flamia.attn_varlen_func(p["q"], *args, causal=True))
+
+
+def test_explain_and_log(monkeypatch, caplog):
+    p = make([17, 113], heads_q=8, heads_kv=2, head_dim=128, requires_grad=False)
+    args = [p[n] for n in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                           "max_seqlen_k")]
+    text = flamia.explain(*args, causal=True, scale_mode="block32", precision="fp8-bf16grad",
+                          deterministic=True)
+    assert isinstance(text, str) and text.endswith("backward: fp8-bf16grad, deterministic")
+    assert len(text) > len("; backward: fp8-bf16grad, deterministic")
+    assert flamia.explain(*args, causal=True, scale_mode="exact") != \
+        flamia.explain(*args, causal=True, scale_mode="block32")
+    monkeypatch.setenv("FLAMIA_LOG", "1")
+    from flamia import _ops
+    _ops._logged.clear()
+    with caplog.at_level("INFO", logger="flamia"):
+        flamia.attn_varlen_func(*args, causal=True, scale_mode="block32")
+    assert any("backward: fp8" in r.getMessage() for r in caplog.records), caplog.text
