@@ -29,8 +29,7 @@ struct QuantizationHooks {
 
 ForwardOperandsRef quantize_forward_operands(const Problem& problem, const Inputs& inputs,
                                              const QuantizationHooks& hooks);
-ForwardResult forward(const Problem& problem, const Inputs& inputs,
-                      const QuantizationHooks& hooks);
+ForwardResult forward(const Problem& problem, const Inputs& inputs, const QuantizationHooks& hooks);
 BackwardOperandsRef quantize_backward_operands(const Problem& problem, const Inputs& inputs,
                                                const ForwardOperandsRef& forward_operands,
                                                const HostTensor& o,
@@ -42,8 +41,8 @@ BackwardResult backward(const Problem& problem, const Inputs& inputs, const Host
 
 // The backward's dS (steps 1-5, BF16-rounded for fp8-bf16grad) of one head and document as a
 // row-major [q_len][k_len] matrix; masked entries are 0. For tests of dS row sums.
-std::vector<float> score_gradient(const Problem& problem, const Inputs& inputs,
-                                  const HostTensor& o, const std::vector<float>& softmax_stats,
+std::vector<float> score_gradient(const Problem& problem, const Inputs& inputs, const HostTensor& o,
+                                  const std::vector<float>& softmax_stats,
                                   BackwardPrecision precision, int head, int doc);
 
 // The float64 reference on double inputs (row-major like the HostTensors), for finite
@@ -115,9 +114,7 @@ struct ScoreOperands {
   // t = fma(S * 2^ek_j, c * 2^eq_i, ev_j) with S exact, rounded once to FP32.
   void logits(int h, int i, int k_begin, int n, float* t) const;
   // exp2(t - M + 8) in FP32: the unquantized P̂ (steps 4 and 5; backward step 2).
-  static float shifted_exp2(float t, float m) {
-    return std::exp2((t - m) + float(kSoftmaxOffset));
-  }
+  static float shifted_exp2(float t, float m) { return std::exp2((t - m) + float(kSoftmaxOffset)); }
 };
 
 }  // namespace flamia::ref::internal

@@ -81,10 +81,10 @@ Inputs make_inputs(const Problem& problem, const InputOptions& options = {});
 
 // ---- Quantized operands (the bit-exact spec of the quantize pass, numerics §3) ---------------
 struct ForwardOperandsRef {
-  Fp8Tensor q;                  // Q̂, scale_mode blocks
-  Fp8Tensor k;                  // K̂ from k - m (key smoothing)
-  Fp8Tensor v;                  // V̂ (row-major; its exponents are ev)
-  std::vector<uint8_t> v_t;     // V̂ᵀ [Hkv][D][pad16(total_k)], permuted tokens
+  Fp8Tensor q;                   // Q̂, scale_mode blocks
+  Fp8Tensor k;                   // K̂ from k - m (key smoothing)
+  Fp8Tensor v;                   // V̂ (row-major; its exponents are ev)
+  std::vector<uint8_t> v_t;      // V̂ᵀ [Hkv][D][pad16(total_k)], permuted tokens
   std::vector<float> lse_shift;  // [Hq][total_q] softmax_scale * (q . m); empty without smoothing
 };
 ForwardOperandsRef quantize_forward_operands(const Problem& problem, const Inputs& inputs);
@@ -127,8 +127,8 @@ BackwardResult backward(const Problem& problem, const Inputs& inputs, const Host
 
 // ---- Unquantized float64 reference (plain softmax attention of the BF16 inputs) --------------
 struct Float64Result {
-  std::vector<double> o;    // [total_q][Hq][D]
-  std::vector<double> lse;  // [Hq][total_q]
+  std::vector<double> o;           // [total_q][Hq][D]
+  std::vector<double> lse;         // [Hq][total_q]
   std::vector<double> dq, dk, dv;  // empty unless with_backward
 };
 Float64Result float64_attention(const Problem& problem, const Inputs& inputs,

@@ -51,8 +51,8 @@ internal::QuantizationHooks unsafe_hooks() {
 // ---- perturbing and comparing --------------------------------------------------------------
 void perturb_rows(HostTensor& x, int begin, int end, Perturbation kind, std::mt19937_64& rng) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const float factor = kind == Perturbation::kScaleUp ? exp2_int(kScaleShift)
-                                                      : exp2_int(-kScaleShift);
+  const float factor =
+      kind == Perturbation::kScaleUp ? exp2_int(kScaleShift) : exp2_int(-kScaleShift);
   for (int t = begin; t < end; ++t)
     for (int h = 0; h < x.heads; ++h)
       for (int d = 0; d < x.dim; ++d)
@@ -92,8 +92,8 @@ std::vector<int> audited_positions(const AuditWorkload& w, int length) {
 }
 
 std::mt19937_64 perturbation_rng(uint64_t seed, int doc, int position, Perturbation kind) {
-  std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32), uint32_t(kPerturbationStream),
-                    uint32_t(doc), uint32_t(position + 1), uint32_t(kind)};
+  std::seed_seq seq{uint32_t(seed), uint32_t(seed >> 32),   uint32_t(kPerturbationStream),
+                    uint32_t(doc),  uint32_t(position + 1), uint32_t(kind)};
   return std::mt19937_64(seq);
 }
 
@@ -129,8 +129,9 @@ AuditResult audit_forward(AuditMode mode, const AuditWorkload& w, const AuditFor
   }
   if (!run) run = reference_audit_forward();
 
-  const Problem p =
+  Problem p =
       make_problem(w.doc_lengths, w.heads_q, w.heads_kv, w.head_dim, true, scale_mode_of(mode));
+  p.key_smoothing = w.key_smoothing;
   const Inputs base_inputs = make_inputs(p, {w.seed});
   const std::vector<float> base = run(p, base_inputs);
   AuditResult result;
@@ -176,8 +177,8 @@ std::string audit_json(const AuditSummary& s) {
       std::snprintf(buffer, sizeof(buffer), "\"%s\": {\"changed\": %lld, \"max_abs\": %.9g}", name,
                     static_cast<long long>(r.changed), r.max_abs);
     else
-      std::snprintf(buffer, sizeof(buffer), "\"%s\": {\"changed\": %lld, \"max_abs\": 1e999}",
-                    name, static_cast<long long>(r.changed));
+      std::snprintf(buffer, sizeof(buffer), "\"%s\": {\"changed\": %lld, \"max_abs\": 1e999}", name,
+                    static_cast<long long>(r.changed));
     return std::string(buffer);
   };
   return "{" + entry("exact", s.exact) + ", " + entry("block32", s.block32) + ", " +
@@ -195,7 +196,8 @@ AuditBackward reference_audit_backward(BackwardPrecision precision) {
 AuditResult audit_backward_cross_document(ScaleMode mode, const AuditWorkload& w,
                                           const AuditBackward& backward) {
   const AuditBackward run = backward ? backward : reference_audit_backward();
-  const Problem p = make_problem(w.doc_lengths, w.heads_q, w.heads_kv, w.head_dim, true, mode);
+  Problem p = make_problem(w.doc_lengths, w.heads_q, w.heads_kv, w.head_dim, true, mode);
+  p.key_smoothing = w.key_smoothing;
   const Inputs base_inputs = make_inputs(p, {w.seed});
   const AuditGradients base = run(p, base_inputs);
   AuditResult result;

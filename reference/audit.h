@@ -27,10 +27,11 @@ struct AuditWorkload {
   // Audited positions inside each document (document-relative); each document's last position
   // is always added. Positions past a document's end are skipped.
   std::vector<int> positions = {0, 1, 31, 32, 33};
+  KeySmoothing key_smoothing = KeySmoothing::kNone;  // kVector is not audited (needs a vector)
 };
 
 struct AuditResult {
-  int64_t changed = 0;  // output elements that differ from the unperturbed run, over all runs
+  int64_t changed = 0;   // output elements that differ from the unperturbed run, over all runs
   double max_abs = 0.0;  // the largest absolute difference (inf when a NaN appears)
   int64_t cross_document_changed = 0;  // part of `changed` from runs that only touched other docs
   int64_t compared = 0;                // output elements compared, over all runs

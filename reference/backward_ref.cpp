@@ -13,7 +13,7 @@ namespace internal {
 namespace {
 
 constexpr int kRowsPerTask = 32;
-constexpr int kDqKeyBlockTokens = 128;  // dS blocks of dQ: per (query row, 128-key block)
+constexpr int kDqKeyBlockTokens = 128;   // dS blocks of dQ: per (query row, 128-key block)
 constexpr int kDkQueryBlockTokens = 64;  // dS blocks of dK: per (key row, 64-query block)
 
 // BF16 tensor as doubles, [heads][tokens][dim].
@@ -21,8 +21,7 @@ std::vector<double> head_major(const HostTensor& x) {
   std::vector<double> out(x.bits.size());
   for (int t = 0; t < x.tokens; ++t)
     for (int h = 0; h < x.heads; ++h)
-      for (int d = 0; d < x.dim; ++d)
-        out[(size_t(h) * x.tokens + t) * x.dim + d] = x.at(t, h, d);
+      for (int d = 0; d < x.dim; ++d) out[(size_t(h) * x.tokens + t) * x.dim + d] = x.at(t, h, d);
   return out;
 }
 
@@ -134,7 +133,8 @@ void score_gradient_rows(const Context& c, int h, int doc, int begin, int end, f
       const float prob = (e * exp2_int(-ev)) / l;  // straight-through P (step 2)
       float dp;
       if (c.precision == BackwardPrecision::kFp8) {
-        const double dot = dot_product(c.row(c.d_o, h, total_q, i), c.row(c.score.v, g, total_k, j), dim);
+        const double dot =
+            dot_product(c.row(c.d_o, h, total_q, i), c.row(c.score.v, g, total_k, j), dim);
         dp = float(dot) * do_scale * exp2_int(ev);
       } else {
         // Deterministic double sum of BF16 products (not exact, but rounded once).
@@ -167,8 +167,8 @@ void dq_rows(const Context& c, int h, int doc, int begin, int end, const float* 
       for (const TokenBlock& block : c.dq_key_blocks[doc]) {
         float amax = 0.0f;
         for (int j = block.begin; j < block.end; ++j)
-          amax = std::max(amax, std::fabs(ds_row[j - k_begin] *
-                                          exp2_int(c.bwd.k_centered.exponent(j, g))));
+          amax = std::max(
+              amax, std::fabs(ds_row[j - k_begin] * exp2_int(c.bwd.k_centered.exponent(j, g))));
         const int gq = c.hooks.scale_rule(amax);
         std::fill(block_acc.begin(), block_acc.end(), 0.0);
         for (int j = block.begin; j < block.end; ++j) {
@@ -226,7 +226,8 @@ void dk_dv_rows(const Context& c, int h, int doc, int begin, int end, const floa
         const int gk = c.hooks.scale_rule(amax);
         std::fill(block_acc.begin(), block_acc.end(), 0.0);
         for (int i = block.begin; i < block.end; ++i) {
-          const float scaled = ds[size_t(i - q_begin) * k_len + jj] * exp2_int(c.fwd.q.exponent(i, h));
+          const float scaled =
+              ds[size_t(i - q_begin) * k_len + jj] * exp2_int(c.fwd.q.exponent(i, h));
           const double hji = e4m3_decode(quantize_e4m3(scaled, gk));
           if (hji == 0.0) continue;
           const double* q_row = c.row(c.score.q, h, total_q, i);

@@ -7,7 +7,9 @@
 
 namespace flamia::ref {
 
-inline float bf16_to_float(uint16_t bits) { return bits_float(uint32_t(bits) << 16); }
+inline float bf16_to_float(uint16_t bits) {
+  return bits_float(uint32_t(bits) << 16);
+}
 
 // Round to nearest, ties to even (what __float2bfloat16_rn does); NaN stays a quiet NaN.
 inline uint16_t float_to_bf16(float x) {
@@ -18,6 +20,8 @@ inline uint16_t float_to_bf16(float x) {
 }
 
 // x rounded to the nearest BF16 value, as an FP32 number.
-inline float round_to_bf16(float x) { return bf16_to_float(float_to_bf16(x)); }
+inline float round_to_bf16(float x) {
+  return bf16_to_float(float_to_bf16(x));
+}
 
 }  // namespace flamia::ref

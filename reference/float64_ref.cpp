@@ -131,8 +131,7 @@ Float64Result float64_attention(const Problem& p, const Float64Inputs& in, bool 
 
 }  // namespace internal
 
-Float64Result float64_attention(const Problem& problem, const Inputs& inputs,
-                                bool with_backward) {
+Float64Result float64_attention(const Problem& problem, const Inputs& inputs, bool with_backward) {
   return internal::float64_attention(problem, internal::float64_inputs(inputs), with_backward);
 }
 

@@ -34,8 +34,10 @@ Inputs make_inputs(const Problem& p, const InputOptions& options) {
             HostTensor(p.total_k(), p.heads_kv, dim), HostTensor(p.total_q(), p.heads_q, dim)};
   std::mt19937_64 rng(options.seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  const std::vector<float> bias = normal_vector(size_t(p.heads_kv) * dim, options.seed ^ kKeyBiasStream);
-  const std::vector<float> sink = normal_vector(size_t(p.heads_kv) * dim, options.seed ^ kSinkStream);
+  const std::vector<float> bias =
+      normal_vector(size_t(p.heads_kv) * dim, options.seed ^ kKeyBiasStream);
+  const std::vector<float> sink =
+      normal_vector(size_t(p.heads_kv) * dim, options.seed ^ kSinkStream);
   // A sink key a * u scores softmax_scale * a * |u|^2 ~ softmax_scale * a * dim against a query
   // carrying u.
   const float sink_key_factor = kSinkLogit / (p.softmax_scale * float(dim));

@@ -126,8 +126,8 @@ BackwardOperandsRef quantize_backward_operands(const Problem& problem, const Inp
                                                const ForwardOperandsRef& forward_operands,
                                                const HostTensor& o,
                                                const std::vector<float>& softmax_stats) {
-  return internal::quantize_backward_operands(problem, inputs, forward_operands, o,
-                                              softmax_stats, {});
+  return internal::quantize_backward_operands(problem, inputs, forward_operands, o, softmax_stats,
+                                              {});
 }
 
 }  // namespace flamia::ref

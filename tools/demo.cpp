@@ -48,7 +48,8 @@ std::vector<int> parse_list(const std::string& text) {
   size_t at = 0;
   while (at <= text.size()) {
     const size_t comma = text.find(',', at);
-    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const std::string item =
+        text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     if (!item.empty()) values.push_back(std::stoi(item));
     if (comma == std::string::npos) break;
     at = comma + 1;
@@ -64,20 +65,32 @@ DemoOptions parse(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
       return args[++i];
     };
-    if (a == "--cpu") o.cpu_only = true;
-    else if (a == "--docs") o.docs = parse_list(value());
-    else if (a == "--heads") o.heads_q = std::stoi(value());
-    else if (a == "--kv-heads") o.heads_kv = std::stoi(value());
-    else if (a == "--dim") o.head_dim = std::stoi(value());
-    else if (a == "--block32") o.scale_mode = ScaleMode::kBlock32;
-    else if (a == "--full") o.causal = false;
-    else if (a == "--seed") o.seed = std::stoull(value());
-    else if (a == "--repeats") o.repeats = std::stoi(value());
+    if (a == "--cpu")
+      o.cpu_only = true;
+    else if (a == "--docs")
+      o.docs = parse_list(value());
+    else if (a == "--heads")
+      o.heads_q = std::stoi(value());
+    else if (a == "--kv-heads")
+      o.heads_kv = std::stoi(value());
+    else if (a == "--dim")
+      o.head_dim = std::stoi(value());
+    else if (a == "--block32")
+      o.scale_mode = ScaleMode::kBlock32;
+    else if (a == "--full")
+      o.causal = false;
+    else if (a == "--seed")
+      o.seed = std::stoull(value());
+    else if (a == "--repeats")
+      o.repeats = std::stoi(value());
     else if (a == "--smoothing") {
       const std::string& s = value();
-      if (s == "none") o.smoothing = KeySmoothing::kNone;
-      else if (s == "first_key") o.smoothing = KeySmoothing::kFirstKey;
-      else throw std::invalid_argument("--smoothing takes none or first_key");
+      if (s == "none")
+        o.smoothing = KeySmoothing::kNone;
+      else if (s == "first_key")
+        o.smoothing = KeySmoothing::kFirstKey;
+      else
+        throw std::invalid_argument("--smoothing takes none or first_key");
     } else {
       throw std::invalid_argument("unknown option " + a);
     }
@@ -109,7 +122,9 @@ double lse_max_abs64(const std::vector<float>& a, const std::vector<T>& b) {
   return lse_max_abs(a, bf);
 }
 
-const char* verdict(bool ok) { return ok ? "ok" : "FAIL"; }
+const char* verdict(bool ok) {
+  return ok ? "ok" : "FAIL";
+}
 
 }  // namespace
 
@@ -129,16 +144,17 @@ int run_demo(const std::vector<std::string>& args) {
     std::printf(
         "*** No sm_90 GPU (%s): running the CPU reference only, on a smaller workload. ***\n",
         gpu.description.c_str());
-  ref::Problem p = ref::make_problem(opt.docs, opt.heads_q, opt.heads_kv, opt.head_dim,
-                                     opt.causal, opt.scale_mode);
+  ref::Problem p = ref::make_problem(opt.docs, opt.heads_q, opt.heads_kv, opt.head_dim, opt.causal,
+                                     opt.scale_mode);
   p.key_smoothing = opt.smoothing;
-  std::printf("workload: documents %s (%d tokens), %s, heads %d (KV %d, GQA %d:1), head dim %d,\n"
-              "          scales %s, key smoothing %s, seed %llu\n",
-              format_list(opt.docs).c_str(), p.total_q(), p.causal ? "causal" : "non-causal",
-              p.heads_q, p.heads_kv, p.group_size(), p.head_dim,
-              p.scale_mode == ScaleMode::kExact ? "exact" : "block32",
-              p.key_smoothing == KeySmoothing::kNone ? "none" : "first_key",
-              static_cast<unsigned long long>(opt.seed));
+  std::printf(
+      "workload: documents %s (%d tokens), %s, heads %d (KV %d, GQA %d:1), head dim %d,\n"
+      "          scales %s, key smoothing %s, seed %llu\n",
+      format_list(opt.docs).c_str(), p.total_q(), p.causal ? "causal" : "non-causal", p.heads_q,
+      p.heads_kv, p.group_size(), p.head_dim,
+      p.scale_mode == ScaleMode::kExact ? "exact" : "block32",
+      p.key_smoothing == KeySmoothing::kNone ? "none" : "first_key",
+      static_cast<unsigned long long>(opt.seed));
   const ref::Inputs in = ref::make_inputs(p, {opt.seed});
 
   // ---- CPU reference of the contract against float64 ----
@@ -156,10 +172,10 @@ int run_demo(const std::vector<std::string>& args) {
   std::printf("\nCPU reference (docs/numerics.md) vs float64, relative L2 error:\n");
   std::printf("  fp8           O %.4f  dQ %.4f  dK %.4f  dV %.4f   LSE max abs %.4f\n", ref_o,
               ref_dq, ref_dk, ref_dv, lse_max_abs64(f.lse, r.lse));
-  std::printf("  fp8-bf16grad                dQ %.4f  dK %.4f  dV %.4f\n", ref::rel_l2(g16.dq, r.dq),
-              ref::rel_l2(g16.dk, r.dk), ref::rel_l2(g16.dv, r.dv));
-  std::printf("  (reference forward %.2f s, backward %.2f s on %u threads)\n", t_forward, t_backward,
-              std::thread::hardware_concurrency());
+  std::printf("  fp8-bf16grad                dQ %.4f  dK %.4f  dV %.4f\n",
+              ref::rel_l2(g16.dq, r.dq), ref::rel_l2(g16.dk, r.dk), ref::rel_l2(g16.dv, r.dv));
+  std::printf("  (reference forward %.2f s, backward %.2f s on %u threads)\n", t_forward,
+              t_backward, std::thread::hardware_concurrency());
 
   // ---- causality audit ----
   const ref::AuditSummary audit = ref::audit_all();
@@ -205,11 +221,14 @@ int run_demo(const std::vector<std::string>& args) {
   const bool ok_dk = gpu_dk <= kGradientTolerance && near_f64(f64_dk, ref_dk);
   const bool ok_dv = gpu_dv <= kGradientTolerance && near_f64(f64_dv, ref_dv);
   const bool ok_lse = gpu_lse <= kLseTolerance || (lse_exempt && std::isfinite(gpu_lse));
-  std::printf("  GPU vs reference:  O %.2e [%s]  dQ %.2e [%s]  dK %.2e [%s]  dV %.2e [%s]  LSE max abs %.2e [%s]\n",
-              gpu_o, verdict(ok_o), gpu_dq, verdict(ok_dq), gpu_dk, verdict(ok_dk), gpu_dv,
-              verdict(ok_dv), gpu_lse, verdict(ok_lse));
-  std::printf("  GPU vs float64:    O %.4f  dQ %.4f  dK %.4f  dV %.4f  (reference: %.4f %.4f %.4f %.4f)\n",
-              f64_o, f64_dq, f64_dk, f64_dv, ref_o, ref_dq, ref_dk, ref_dv);
+  std::printf(
+      "  GPU vs reference:  O %.2e [%s]  dQ %.2e [%s]  dK %.2e [%s]  dV %.2e [%s]  LSE max abs "
+      "%.2e [%s]\n",
+      gpu_o, verdict(ok_o), gpu_dq, verdict(ok_dq), gpu_dk, verdict(ok_dk), gpu_dv, verdict(ok_dv),
+      gpu_lse, verdict(ok_lse));
+  std::printf(
+      "  GPU vs float64:    O %.4f  dQ %.4f  dK %.4f  dV %.4f  (reference: %.4f %.4f %.4f %.4f)\n",
+      f64_o, f64_dq, f64_dk, f64_dv, ref_o, ref_dq, ref_dk, ref_dv);
 
   const GpuRun run16 = run_gpu(p, in, true, BackwardPrecision::kFp8Bf16Grad, opt.repeats);
   if (run16.ok)
@@ -223,9 +242,10 @@ int run_demo(const std::vector<std::string>& args) {
   for (ref::AuditMode mode : {ref::AuditMode::kExact, ref::AuditMode::kBlock32}) {
     try {
       const ref::AuditResult a = ref::audit_forward(mode, {}, gpu_audit_forward());
-      std::printf("  GPU causality audit %-7s changed %lld  max_abs %.3g  (from other documents: %lld)\n",
-                  ref::audit_mode_name(mode), static_cast<long long>(a.changed), a.max_abs,
-                  static_cast<long long>(a.cross_document_changed));
+      std::printf(
+          "  GPU causality audit %-7s changed %lld  max_abs %.3g  (from other documents: %lld)\n",
+          ref::audit_mode_name(mode), static_cast<long long>(a.changed), a.max_abs,
+          static_cast<long long>(a.cross_document_changed));
       if (mode == ref::AuditMode::kExact && a.changed != 0) audit_ok = false;
       if (a.cross_document_changed != 0) audit_ok = false;
     } catch (const std::exception& e) {

@@ -45,7 +45,8 @@ class DeviceBuffer {
 };
 
 void cuda_check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
+  if (err != cudaSuccess)
+    throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(err));
 }
 
 void flamia_check(flamia_status status, const char* what) {
@@ -135,7 +136,8 @@ struct DeviceProblem {
 
   void poison(const DeviceBuffer& buffer, cudaStream_t stream) {
     if (buffer.bytes())
-      cuda_check(cudaMemsetAsync(buffer.get(), kPoisonByte, buffer.bytes(), stream), "cudaMemsetAsync");
+      cuda_check(cudaMemsetAsync(buffer.get(), kPoisonByte, buffer.bytes(), stream),
+                 "cudaMemsetAsync");
   }
 
   DeviceBuffer cu_q, cu_k, q, k, v, d_o, o, dq, dk, dv, lse, stats, smoothing;
@@ -187,7 +189,8 @@ GpuRun run_checked(const ref::Problem& p, const ref::Inputs& in, bool with_backw
   fwd.softmax_stats = static_cast<float*>(dev.stats.get());
   fwd.stream = stream.get();
   size_t forward_bytes = 0;
-  flamia_check(flamia_forward_workspace_size(&fwd, &forward_bytes), "flamia_forward_workspace_size");
+  flamia_check(flamia_forward_workspace_size(&fwd, &forward_bytes),
+               "flamia_forward_workspace_size");
   DeviceBuffer forward_workspace(forward_bytes);
   fwd.workspace = forward_workspace.get();
   fwd.workspace_bytes = forward_bytes;
@@ -216,8 +219,8 @@ GpuRun run_checked(const ref::Problem& p, const ref::Inputs& in, bool with_backw
     bwd.dq = tensor(dev.dq, p.heads_q, p.head_dim);
     bwd.dk = tensor(dev.dk, p.heads_kv, p.head_dim);
     bwd.dv = tensor(dev.dv, p.heads_kv, p.head_dim);
-    bwd.precision = precision == BackwardPrecision::kFp8 ? FLAMIA_PRECISION_FP8
-                                                         : FLAMIA_PRECISION_FP8_BF16GRAD;
+    bwd.precision =
+        precision == BackwardPrecision::kFp8 ? FLAMIA_PRECISION_FP8 : FLAMIA_PRECISION_FP8_BF16GRAD;
     bwd.deterministic = 0;
     bwd.stream = stream.get();
     size_t backward_bytes = 0;
@@ -259,8 +262,8 @@ GpuDevice probe_gpu() {
     device.description = "cudaGetDeviceProperties failed";
     return device;
   }
-  device.description = std::string(prop.name) + " (compute capability " + std::to_string(prop.major) +
-                       "." + std::to_string(prop.minor) + ")";
+  device.description = std::string(prop.name) + " (compute capability " +
+                       std::to_string(prop.major) + "." + std::to_string(prop.minor) + ")";
   device.usable = prop.major == kHopperMajor && prop.minor == kHopperMinor;
   return device;
 }

@@ -18,11 +18,11 @@ GpuDevice probe_gpu();
 
 struct GpuRun {
   bool ok = false;
-  std::string error;  // the failing call and flamia's message
-  std::string path;   // flamia_describe_forward
+  std::string error;                         // the failing call and flamia's message
+  std::string path;                          // flamia_describe_forward
   std::vector<float> o, lse, softmax_stats;  // BF16 O converted to FP32
   std::vector<float> dq, dk, dv;             // BF16 gradients converted to FP32
-  double forward_ms = 0.0;   // mean over the timed repeats
+  double forward_ms = 0.0;                   // mean over the timed repeats
   double backward_ms = 0.0;
   bool with_backward = false;
 };

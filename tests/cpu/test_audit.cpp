@@ -57,6 +57,19 @@ TEST_F(Audit, JsonHasTheDocumentedShape) {
   EXPECT_TRUE(std::regex_match(json, shape)) << json;
 }
 
+TEST(AuditForward, FirstKeySmoothingIsCausal) {
+  // The first key is visible to every query of its document: smoothing by it keeps exact mode
+  // bitwise causal, forward and backward.
+  AuditWorkload w;
+  w.doc_lengths = {1, 40, 77};
+  w.key_smoothing = KeySmoothing::kFirstKey;
+  const AuditResult r = audit_forward(AuditMode::kExact, w);
+  EXPECT_GT(r.runs, 0);
+  EXPECT_EQ(r.changed, 0);
+  EXPECT_EQ(audit_forward(AuditMode::kBlock32, w).cross_document_changed, 0);
+  EXPECT_EQ(audit_backward_cross_document(ScaleMode::kExact, w).changed, 0);
+}
+
 TEST(AuditForward, DetectsALeakyForwardPassedIn) {
   // A forward that mixes in a future token: the audit of an explicit forward must catch it.
   AuditWorkload w;
@@ -84,8 +97,8 @@ TEST(AuditBackward, OtherDocumentsDoNotChangeThisDocumentsGradients) {
     EXPECT_GT(r.compared, 0);
     EXPECT_EQ(r.changed, 0) << test::mode_name(mode);
   }
-  const AuditResult bf16grad =
-      audit_backward_cross_document(ScaleMode::kExact, w, reference_audit_backward(BackwardPrecision::kFp8Bf16Grad));
+  const AuditResult bf16grad = audit_backward_cross_document(
+      ScaleMode::kExact, w, reference_audit_backward(BackwardPrecision::kFp8Bf16Grad));
   EXPECT_EQ(bf16grad.changed, 0);
 }
 

@@ -16,14 +16,16 @@ namespace {
 constexpr int kCodes = 256;
 constexpr uint8_t kSignBit = 0x80;
 
-bool is_nan_code(uint8_t code) { return (code & 0x7F) == kE4M3NanCode; }
+bool is_nan_code(uint8_t code) {
+  return (code & 0x7F) == kE4M3NanCode;
+}
 
 // e4m3fn from its definition: bias 7, 3 mantissa bits, subnormals m * 2^-9, S.1111.111 = NaN.
 double oracle_decode(uint8_t code) {
   if (is_nan_code(code)) return std::numeric_limits<double>::quiet_NaN();
   const int exponent = (code >> 3) & 0xF, mantissa = code & 7;
-  const double magnitude = exponent == 0 ? std::ldexp(mantissa, -9)
-                                         : std::ldexp(8 + mantissa, exponent - 10);
+  const double magnitude =
+      exponent == 0 ? std::ldexp(mantissa, -9) : std::ldexp(8 + mantissa, exponent - 10);
   return (code & kSignBit) ? -magnitude : magnitude;
 }
 

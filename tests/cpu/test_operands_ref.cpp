@@ -68,11 +68,14 @@ TEST(ForwardOperands, VectorSmoothingSubtractsTheVector) {
   Problem p = small_problem(ScaleMode::kBlock32);
   p.key_smoothing = KeySmoothing::kVector;
   p.smoothing_vector.assign(size_t(p.heads_kv) * p.head_dim, 0.0f);
-  for (size_t i = 0; i < p.smoothing_vector.size(); ++i) p.smoothing_vector[i] = 0.25f * float(i % 7) - 0.5f;
+  for (size_t i = 0; i < p.smoothing_vector.size(); ++i)
+    p.smoothing_vector[i] = 0.25f * float(i % 7) - 0.5f;
   const Inputs in = make_inputs(p, {23});
   const ForwardOperandsRef ops = quantize_forward_operands(p, in);
   const Fp8Tensor want = quantize(
-      [&](int t, int g, int d) { return in.k.at(t, g, d) - p.smoothing_vector[size_t(g) * p.head_dim + d]; },
+      [&](int t, int g, int d) {
+        return in.k.at(t, g, d) - p.smoothing_vector[size_t(g) * p.head_dim + d];
+      },
       p.total_k(), p.heads_kv, p.head_dim, scale_blocks(p.cu_seqlens_k, p.scale_mode));
   EXPECT_EQ(ops.k.values, want.values);
   EXPECT_EQ(ops.k.exponents, want.exponents);
@@ -88,7 +91,8 @@ TEST(BackwardOperands, CopiesFollowTheContract) {
     const Inputs in = make_inputs(p, {24, 3.0f});
     const ForwardResult f = forward(p, in);
     const ForwardOperandsRef fwd = quantize_forward_operands(p, in);
-    const BackwardOperandsRef bwd = quantize_backward_operands(p, in, fwd, f.o_bf16, f.softmax_stats);
+    const BackwardOperandsRef bwd =
+        quantize_backward_operands(p, in, fwd, f.o_bf16, f.softmax_stats);
     EXPECT_EQ(bwd.q_t, token_major(fwd.q, true));
 
     // K̂c from k - k_first(doc), scale_mode blocks, natural token order.
@@ -104,15 +108,19 @@ TEST(BackwardOperands, CopiesFollowTheContract) {
     EXPECT_EQ(bwd.k_centered_t, token_major(kc, false));
 
     // dÔ: scale_mode blocks.
-    const Fp8Tensor d_o = quantize([&](int t, int h, int d) { return in.d_o.at(t, h, d); }, p.total_q(),
-                                   p.heads_q, p.head_dim, scale_blocks(p.cu_seqlens_q, mode));
+    const Fp8Tensor d_o =
+        quantize([&](int t, int h, int d) { return in.d_o.at(t, h, d); }, p.total_q(), p.heads_q,
+                 p.head_dim, scale_blocks(p.cu_seqlens_q, mode));
     EXPECT_EQ(bwd.d_o.values, d_o.values);
     EXPECT_EQ(bwd.d_o.exponents, d_o.exponents);
 
     // dÔ'' = q8((dO / l) * 2^-ew), ew per 64-query tile-aligned block, permuted token-major.
     const Fp8Tensor d_o_scaled = quantize(
-        [&](int t, int h, int d) { return in.d_o.at(t, h, d) / f.softmax_stats[(size_t(h) * p.total_q() + t) * 2 + 1]; },
-        p.total_q(), p.heads_q, p.head_dim, tile_aligned_blocks(p.cu_seqlens_q, kDoScaledBlockTokens));
+        [&](int t, int h, int d) {
+          return in.d_o.at(t, h, d) / f.softmax_stats[(size_t(h) * p.total_q() + t) * 2 + 1];
+        },
+        p.total_q(), p.heads_q, p.head_dim,
+        tile_aligned_blocks(p.cu_seqlens_q, kDoScaledBlockTokens));
     EXPECT_EQ(bwd.d_o_scaled.values, d_o_scaled.values);
     EXPECT_EQ(bwd.d_o_scaled.exponents, d_o_scaled.exponents);
     EXPECT_EQ(bwd.d_o_scaled_t, token_major(d_o_scaled, true));
@@ -121,8 +129,10 @@ TEST(BackwardOperands, CopiesFollowTheContract) {
     for (int t = 0; t < p.total_q(); ++t)
       for (int h = 0; h < p.heads_q; ++h) {
         double dot = 0.0;
-        for (int d = 0; d < p.head_dim; ++d) dot += double(e4m3_decode(d_o.value(t, h, d))) * f.o_bf16.at(t, h, d);
-        EXPECT_EQ(bwd.delta[size_t(h) * p.total_q() + t], float(dot) * exp2_int(d_o.exponent(t, h)));
+        for (int d = 0; d < p.head_dim; ++d)
+          dot += double(e4m3_decode(d_o.value(t, h, d))) * f.o_bf16.at(t, h, d);
+        EXPECT_EQ(bwd.delta[size_t(h) * p.total_q() + t],
+                  float(dot) * exp2_int(d_o.exponent(t, h)));
       }
   }
 }

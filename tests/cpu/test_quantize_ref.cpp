@@ -26,7 +26,8 @@ bool same_blocks(const std::vector<TokenBlock>& a, const std::vector<TokenBlock>
 }
 
 // Every token of every document in exactly one block, no block crossing a document boundary.
-void expect_document_partition(const std::vector<int32_t>& cu, const std::vector<TokenBlock>& blocks) {
+void expect_document_partition(const std::vector<int32_t>& cu,
+                               const std::vector<TokenBlock>& blocks) {
   std::vector<int> owner(size_t(cu.back()), -1), cover(size_t(cu.back()), 0);
   for (size_t b = 0; b + 1 < cu.size(); ++b)
     for (int t = cu[b]; t < cu[b + 1]; ++t) owner[t] = int(b);
@@ -42,7 +43,8 @@ void expect_document_partition(const std::vector<int32_t>& cu, const std::vector
 
 TEST(ScaleBlocks, ExactIsOneTokenPerBlock) {
   const std::vector<int32_t> cu{0, 3, 3, 5};
-  EXPECT_TRUE(same_blocks(scale_blocks(cu, ScaleMode::kExact), {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}}));
+  EXPECT_TRUE(
+      same_blocks(scale_blocks(cu, ScaleMode::kExact), {{0, 1}, {1, 2}, {2, 3}, {3, 4}, {4, 5}}));
 }
 
 TEST(ScaleBlocks, Block32RestartsAtEveryDocument) {
@@ -55,7 +57,8 @@ TEST(ScaleBlocks, TileAlignedBlocksStartAtFloor16OfTheDocument) {
   const std::vector<int32_t> cu{0, 20, 150, 150, 170};
   EXPECT_TRUE(same_blocks(tile_aligned_blocks(cu, 64),
                           {{0, 20}, {20, 80}, {80, 144}, {144, 150}, {150, 170}}));
-  EXPECT_TRUE(same_blocks(tile_aligned_blocks(cu, 128), {{0, 20}, {20, 144}, {144, 150}, {150, 170}}));
+  EXPECT_TRUE(
+      same_blocks(tile_aligned_blocks(cu, 128), {{0, 20}, {20, 144}, {144, 150}, {150, 170}}));
 }
 
 TEST(ScaleBlocks, AwkwardLengthsArePartitionedPerDocument) {
@@ -86,7 +89,8 @@ TEST(ScaleBlocks, EmptyInputsGiveNoBlocks) {
 struct RandomSource {
   int tokens, heads, dim;
   std::vector<float> values;
-  RandomSource(int t, int h, int d, uint32_t seed) : tokens(t), heads(h), dim(d), values(size_t(t) * h * d) {
+  RandomSource(int t, int h, int d, uint32_t seed)
+      : tokens(t), heads(h), dim(d), values(size_t(t) * h * d) {
     std::mt19937 rng(seed);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     // Token magnitudes spread over 2^+-6 so that scales differ between tokens.
@@ -116,7 +120,8 @@ TEST(Quantize, ExponentsFollowBlocksAndValuesAreScaled) {
             ASSERT_EQ(q.value(t, h, d), quantize_e4m3(src(t, h, d), e));
             const float x = src(t, h, d), back = q.dequantized(t, h, d);
             // Normal range: relative error <= 2^-4; below it, an absolute 2^-10 * 2^e.
-            EXPECT_LE(std::fabs(back - x), std::max(std::fabs(x) * 0.0625f, std::ldexp(1.0f, e - 10)));
+            EXPECT_LE(std::fabs(back - x),
+                      std::max(std::fabs(x) * 0.0625f, std::ldexp(1.0f, e - 10)));
           }
         }
       }
@@ -142,7 +147,8 @@ TEST(Quantize, Block32IsDocumentLocal) {
 TEST(TokenMajor, PermutedAndNaturalLayoutsWithPadding) {
   for (int tokens : {1, 16, 17, 113}) {
     const RandomSource src(tokens, 2, 64, uint32_t(tokens));
-    const Fp8Tensor x = quantize(std::cref(src), tokens, 2, 64, scale_blocks({0, tokens}, ScaleMode::kExact));
+    const Fp8Tensor x =
+        quantize(std::cref(src), tokens, 2, 64, scale_blocks({0, tokens}, ScaleMode::kExact));
     const int64_t padded = padded_tokens(tokens);
     for (bool permuted : {false, true}) {
       const std::vector<uint8_t> t_major = token_major(x, permuted);
@@ -171,14 +177,16 @@ TEST(TokenMajor, PermutedAndNaturalLayoutsWithPadding) {
 
 TEST(Quantize, EmptyDocumentsAndZeroTokens) {
   const std::vector<int32_t> cu{0, 0, 0};
-  const Fp8Tensor x = quantize([](int, int, int) { return 1.0f; }, 0, 2, 64, scale_blocks(cu, ScaleMode::kBlock32));
+  const Fp8Tensor x =
+      quantize([](int, int, int) { return 1.0f; }, 0, 2, 64, scale_blocks(cu, ScaleMode::kBlock32));
   EXPECT_TRUE(x.values.empty());
   EXPECT_TRUE(x.exponents.empty());
   EXPECT_TRUE(token_major(x, true).empty());
 }
 
 TEST(Quantize, ZeroBlockHasExponentZeroAndZeroValues) {
-  const Fp8Tensor x = quantize([](int, int, int) { return 0.0f; }, 3, 1, 64, scale_blocks({0, 3}, ScaleMode::kExact));
+  const Fp8Tensor x = quantize([](int, int, int) { return 0.0f; }, 3, 1, 64,
+                               scale_blocks({0, 3}, ScaleMode::kExact));
   for (int t = 0; t < 3; ++t) {
     EXPECT_EQ(x.exponent(t, 0), 0);
     for (int d = 0; d < 64; ++d) EXPECT_EQ(x.value(t, 0, d), 0);

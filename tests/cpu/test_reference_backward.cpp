@@ -33,8 +33,8 @@ TEST(Float64Reference, GradientsMatchFiniteDifferences) {
     const internal::Float64Inputs in = internal::float64_inputs(make_inputs(p, {51}));
     const Float64Result r = internal::float64_attention(p, in, true);
     constexpr double kStep = 1e-5;
-    auto check = [&](std::vector<double> internal::Float64Inputs::*tensor, const std::vector<double>& grad,
-                     const char* name) {
+    auto check = [&](std::vector<double> internal::Float64Inputs::*tensor,
+                     const std::vector<double>& grad, const char* name) {
       const std::vector<double>& x = in.*tensor;
       for (size_t at = 0; at < x.size(); at += 7) {
         internal::Float64Inputs plus = in, minus = in;
@@ -85,8 +85,8 @@ NaiveGradients naive_backward(const Problem& p, const Inputs& in, const ForwardR
             dp += dec(bwd.d_o.value(i, h, d)) * dec(fwd.v.value(j, g, d));
           }
           const int ev = fwd.v.exponent(j, g);
-          const float t = std::fmaf(float(s) * exp2_int(fwd.k.exponent(j, g)), c * exp2_int(fwd.q.exponent(i, h)),
-                                    float(ev));
+          const float t = std::fmaf(float(s) * exp2_int(fwd.k.exponent(j, g)),
+                                    c * exp2_int(fwd.q.exponent(i, h)), float(ev));
           const float e = exp2f(t - m + 8.0f);
           p_hat[i - q0][j - k0] = e4m3_encode(e);
           const float prob = e * exp2_int(-ev) / l;
@@ -99,12 +99,14 @@ NaiveGradients naive_backward(const Problem& p, const Inputs& in, const ForwardR
           if (blk.begin < k0 || blk.end > k1) continue;
           float amax = 0.0f;
           for (int j = blk.begin; j < blk.end; ++j)
-            amax = std::max(amax, std::fabs(ds[i - q0][j - k0] * exp2_int(bwd.k_centered.exponent(j, g))));
+            amax = std::max(
+                amax, std::fabs(ds[i - q0][j - k0] * exp2_int(bwd.k_centered.exponent(j, g))));
           const int gq = scale_exponent(amax);
           for (int d = 0; d < dim; ++d) {
             double sum = 0.0;
             for (int j = blk.begin; j < blk.end; ++j)
-              sum += dec(quantize_e4m3(ds[i - q0][j - k0] * exp2_int(bwd.k_centered.exponent(j, g)), gq)) *
+              sum += dec(quantize_e4m3(ds[i - q0][j - k0] * exp2_int(bwd.k_centered.exponent(j, g)),
+                                       gq)) *
                      dec(bwd.k_centered.value(j, g, d));
             out.dq[(size_t(i) * p.heads_q + h) * dim + d] += p.softmax_scale * std::ldexp(sum, gq);
           }
@@ -127,8 +129,8 @@ NaiveGradients naive_backward(const Problem& p, const Inputs& in, const ForwardR
         for (int d = 0; d < dim; ++d) {  // dV through P̂ and dÔ''
           double sum = 0.0;
           for (int i = q0; i < q1; ++i)
-            sum += dec(p_hat[i - q0][j - k0]) * std::ldexp(dec(bwd.d_o_scaled.value(i, h, d)),
-                                                           bwd.d_o_scaled.exponent(i, h));
+            sum += dec(p_hat[i - q0][j - k0]) *
+                   std::ldexp(dec(bwd.d_o_scaled.value(i, h, d)), bwd.d_o_scaled.exponent(i, h));
           out.dv[(size_t(j) * p.heads_kv + g) * dim + d] += std::ldexp(sum, -fwd.v.exponent(j, g));
         }
       }
@@ -154,14 +156,16 @@ TEST(ReferenceBackward, MatchesTheContractWrittenOut) {
     }
 }
 
-// ---- accuracy against float64 --------------------------------------------------------------------
+// ---- accuracy against float64
+// --------------------------------------------------------------------
 using BackwardParam = std::tuple<int, int, ScaleMode, bool>;
 class ReferenceBackwardAccuracy : public ::testing::TestWithParam<BackwardParam> {};
 
 TEST_P(ReferenceBackwardAccuracy, AgainstFloat64) {
   const auto [dim, ratio, mode, causal] = GetParam();
   const int heads_kv = 1;
-  const Problem p = make_problem({1, 17, 0, 113, 64}, heads_kv * ratio, heads_kv, dim, causal, mode);
+  const Problem p =
+      make_problem({1, 17, 0, 113, 64}, heads_kv * ratio, heads_kv, dim, causal, mode);
   const Inputs in = make_inputs(p, {uint64_t(7 + dim + ratio + 2 * int(causal))});
   const ForwardResult f = forward(p, in);
   const Float64Result r = float64_attention(p, in, true);
@@ -183,10 +187,13 @@ TEST_P(ReferenceBackwardAccuracy, AgainstFloat64) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ReferenceBackwardAccuracy,
     ::testing::Combine(::testing::Values(64, 128, 256), ::testing::Values(1, 2, 4),
-                       ::testing::Values(ScaleMode::kExact, ScaleMode::kBlock32), ::testing::Bool()),
+                       ::testing::Values(ScaleMode::kExact, ScaleMode::kBlock32),
+                       ::testing::Bool()),
     [](const ::testing::TestParamInfo<BackwardParam>& info) {
-      return "d" + std::to_string(std::get<0>(info.param)) + "_gqa" + std::to_string(std::get<1>(info.param)) + "_" +
-             test::mode_name(std::get<2>(info.param)) + (std::get<3>(info.param) ? "_causal" : "_full");
+      return "d" + std::to_string(std::get<0>(info.param)) + "_gqa" +
+             std::to_string(std::get<1>(info.param)) + "_" +
+             test::mode_name(std::get<2>(info.param)) +
+             (std::get<3>(info.param) ? "_causal" : "_full");
     });
 
 TEST(ReferenceBackward, LongDocumentOneHead) {
@@ -195,7 +202,8 @@ TEST(ReferenceBackward, LongDocumentOneHead) {
   const ForwardResult f = forward(p, in);
   const BackwardResult g = backward(p, in, f.o_bf16, f.softmax_stats);
   const Float64Result r = float64_attention(p, in, true);
-  const double o = rel_l2(f.o, r.o), dq = rel_l2(g.dq, r.dq), dk = rel_l2(g.dk, r.dk), dv = rel_l2(g.dv, r.dv);
+  const double o = rel_l2(f.o, r.o), dq = rel_l2(g.dq, r.dq), dk = rel_l2(g.dk, r.dk),
+               dv = rel_l2(g.dv, r.dv);
   RecordProperty("o", std::to_string(o));
   RecordProperty("dq", std::to_string(dq));
   RecordProperty("dk", std::to_string(dk));
@@ -217,7 +225,8 @@ TEST(ReferenceBackward, FullyMaskedRowsAndKeysWithoutQueries) {
     ASSERT_TRUE(test::all_finite(g.dq) && test::all_finite(g.dk) && test::all_finite(g.dv));
     for (int i = 3; i < 8; ++i)
       for (int h = 0; h < p.heads_q; ++h)
-        for (int d = 0; d < p.head_dim; ++d) EXPECT_EQ(g.dq[(size_t(i) * p.heads_q + h) * p.head_dim + d], 0.0f);
+        for (int d = 0; d < p.head_dim; ++d)
+          EXPECT_EQ(g.dq[(size_t(i) * p.heads_q + h) * p.head_dim + d], 0.0f);
     for (int j = 4; j < 9; ++j)
       for (int d = 0; d < p.head_dim; ++d) {
         EXPECT_EQ(g.dk[size_t(j) * p.head_dim + d], 0.0f);

@@ -34,9 +34,10 @@ RowResult naive_row(const Problem& p, const ForwardOperandsRef& ops, int h, int 
   for (int jj = 0; jj < n; ++jj) {
     double s = 0.0;
     for (int d = 0; d < dim; ++d)
-      s += double(e4m3_decode(ops.q.value(i, h, d))) * double(e4m3_decode(ops.k.value(k0 + jj, g, d)));
-    t[jj] = std::fmaf(float(s) * exp2_int(ops.k.exponent(k0 + jj, g)), c * exp2_int(ops.q.exponent(i, h)),
-                      float(ops.v.exponent(k0 + jj, g)));
+      s += double(e4m3_decode(ops.q.value(i, h, d))) *
+           double(e4m3_decode(ops.k.value(k0 + jj, g, d)));
+    t[jj] = std::fmaf(float(s) * exp2_int(ops.k.exponent(k0 + jj, g)),
+                      c * exp2_int(ops.q.exponent(i, h)), float(ops.v.exponent(k0 + jj, g)));
   }
   float tmax = -INFINITY;
   for (float x : t) tmax = std::max(tmax, x);
@@ -91,7 +92,8 @@ class ReferenceForwardAccuracy : public ::testing::TestWithParam<ForwardParam> {
 TEST_P(ReferenceForwardAccuracy, AgainstFloat64) {
   const auto [dim, ratio, mode, causal] = GetParam();
   const int heads_kv = 2;
-  const Problem p = make_problem({1, 17, 0, 113, 64}, heads_kv * ratio, heads_kv, dim, causal, mode);
+  const Problem p =
+      make_problem({1, 17, 0, 113, 64}, heads_kv * ratio, heads_kv, dim, causal, mode);
   const Inputs in = make_inputs(p, {uint64_t(dim * 100 + ratio * 10 + int(causal))});
   const ForwardResult f = forward(p, in);
   const Float64Result r = float64_attention(p, in, false);
@@ -114,10 +116,13 @@ TEST_P(ReferenceForwardAccuracy, AgainstFloat64) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ReferenceForwardAccuracy,
     ::testing::Combine(::testing::Values(64, 128, 256), ::testing::Values(1, 2, 4),
-                       ::testing::Values(ScaleMode::kExact, ScaleMode::kBlock32), ::testing::Bool()),
+                       ::testing::Values(ScaleMode::kExact, ScaleMode::kBlock32),
+                       ::testing::Bool()),
     [](const ::testing::TestParamInfo<ForwardParam>& info) {
-      return "d" + std::to_string(std::get<0>(info.param)) + "_gqa" + std::to_string(std::get<1>(info.param)) + "_" +
-             test::mode_name(std::get<2>(info.param)) + (std::get<3>(info.param) ? "_causal" : "_full");
+      return "d" + std::to_string(std::get<0>(info.param)) + "_gqa" +
+             std::to_string(std::get<1>(info.param)) + "_" +
+             test::mode_name(std::get<2>(info.param)) +
+             (std::get<3>(info.param) ? "_causal" : "_full");
     });
 
 TEST(ReferenceForward, GqaUsesKvHeadHOverGroupSize) {
@@ -222,7 +227,8 @@ TEST(ReferenceForward, KeySmoothingKeepsTheSoftmaxAndCorrectsLse) {
       // A caller-supplied vector: here the mean key (the mechanism, not its causality, is tested).
       p.smoothing_vector.assign(p.head_dim, 0.0f);
       for (int t = 0; t < in.k.tokens; ++t)
-        for (int d = 0; d < p.head_dim; ++d) p.smoothing_vector[d] += in.k.at(t, 0, d) / in.k.tokens;
+        for (int d = 0; d < p.head_dim; ++d)
+          p.smoothing_vector[d] += in.k.at(t, 0, d) / in.k.tokens;
     }
     const ForwardResult smoothed = forward(p, in);
     const double plain_err = rel_l2(plain.o, r.o), smoothed_err = rel_l2(smoothed.o, r.o);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <ostream>
 #include <string>
 
 #include "reference/attention_internal.h"
@@ -36,6 +37,10 @@ struct Case {
   KeySmoothing smoothing;
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << c.name;
+}
+
 class HardInputs : public ::testing::TestWithParam<Case> {};
 
 TEST_P(HardInputs, ScoreGradientRowsSumToAboutZero) {
@@ -61,8 +66,8 @@ TEST_P(HardInputs, CenteredKeysKeepDqBounded) {
   const BackwardResult centered = backward(p, in, f.o_bf16, f.softmax_stats);
   internal::QuantizationHooks uncentered_hooks;
   uncentered_hooks.center_keys_for_dq = false;
-  const BackwardResult uncentered =
-      internal::backward(p, in, f.o_bf16, f.softmax_stats, BackwardPrecision::kFp8, uncentered_hooks);
+  const BackwardResult uncentered = internal::backward(p, in, f.o_bf16, f.softmax_stats,
+                                                       BackwardPrecision::kFp8, uncentered_hooks);
   const double dq = rel_l2(centered.dq, r.dq), dq_uncentered = rel_l2(uncentered.dq, r.dq);
   RecordProperty("dq_centered", std::to_string(dq));
   RecordProperty("dq_uncentered", std::to_string(dq_uncentered));
@@ -81,10 +86,11 @@ TEST_P(HardInputs, CenteredKeysKeepDqBounded) {
 
 INSTANTIATE_TEST_SUITE_P(
     Inputs, HardInputs,
-    ::testing::Values(Case{"key_bias", {1, kKeyBias, false}, KeySmoothing::kNone},
-                      Case{"key_bias_first_key", {1, kKeyBias, false}, KeySmoothing::kFirstKey},
-                      Case{"sink_first_key", {1, 0.0f, true}, KeySmoothing::kFirstKey},
-                      Case{"sink_and_key_bias_first_key", {1, kKeyBias, true}, KeySmoothing::kFirstKey}),
+    ::testing::Values(
+        Case{"key_bias", {1, kKeyBias, false}, KeySmoothing::kNone},
+        Case{"key_bias_first_key", {1, kKeyBias, false}, KeySmoothing::kFirstKey},
+        Case{"sink_first_key", {1, 0.0f, true}, KeySmoothing::kFirstKey},
+        Case{"sink_and_key_bias_first_key", {1, kKeyBias, true}, KeySmoothing::kFirstKey}),
     [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(HardInputs, FirstKeySmoothingRecoversForwardAccuracyUnderKeyBias) {

@@ -26,7 +26,8 @@ TEST(ScaleRule, SmallestExponentOnRandomMagnitudes) {
   std::mt19937 rng(7);
   std::uniform_real_distribution<float> mantissa(1.0f, 2.0f);
   std::uniform_int_distribution<int> exponent(-110, 120);
-  for (int n = 0; n < 200000; ++n) expect_smallest_exponent(std::ldexp(mantissa(rng), exponent(rng)));
+  for (int n = 0; n < 200000; ++n)
+    expect_smallest_exponent(std::ldexp(mantissa(rng), exponent(rng)));
 }
 
 TEST(ScaleRule, BoundaryAtOnePointSevenFive) {

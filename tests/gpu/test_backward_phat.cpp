@@ -124,10 +124,11 @@ TEST_P(BackwardForwardProbabilityTest, BackwardSeesForwardProbabilities) {
           }
         }
       }
-  std::printf("[P̂ fwd vs bwd %s] normal range: %zu of %zu differ (%.3g); subnormal: %zu of %zu "
-              "(%.3g)\n",
-              c.name.c_str(), normal_differ, normal, normal ? double(normal_differ) / normal : 0.0,
-              subnormal_differ, subnormal, subnormal ? double(subnormal_differ) / subnormal : 0.0);
+  std::printf(
+      "[P̂ fwd vs bwd %s] normal range: %zu of %zu differ (%.3g); subnormal: %zu of %zu "
+      "(%.3g)\n",
+      c.name.c_str(), normal_differ, normal, normal ? double(normal_differ) / normal : 0.0,
+      subnormal_differ, subnormal, subnormal ? double(subnormal_differ) / subnormal : 0.0);
   EXPECT_GT(normal, 0u);
   EXPECT_LE(double(normal_differ), kMaxNormalRangeMismatch * double(normal) + 1.0);
 }

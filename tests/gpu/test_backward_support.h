@@ -58,8 +58,7 @@ struct HostOperands {
 };
 
 inline HostOperands make_host_operands(const ref::Problem& p, const ref::Inputs& in,
-                                       const ref::HostTensor& o,
-                                       const std::vector<float>& stats) {
+                                       const ref::HostTensor& o, const std::vector<float>& stats) {
   HostOperands ops;
   ops.fwd = ref::quantize_forward_operands(p, in);
   ops.bwd = ref::quantize_backward_operands(p, in, ops.fwd, o, stats);
@@ -88,7 +87,9 @@ class StridedOutput {
  public:
   static constexpr int kHeadPad = 8;
   StridedOutput(int tokens, int heads, int dim)
-      : tokens_(tokens), heads_(heads), dim_(dim),
+      : tokens_(tokens),
+        heads_(heads),
+        dim_(dim),
         buffer_(size_t(tokens) * heads * (dim + kHeadPad)) {}
   Bf16MutableView view() const {
     return {buffer_.get(), int64_t(heads_) * (dim_ + kHeadPad), int64_t(dim_ + kHeadPad)};
@@ -194,8 +195,7 @@ class DeviceBackwardProblem {
     DeviceBuffer<uint8_t> scratch(backward_scratch_bytes(a.shape, deterministic));
     scratch.poison();  // the kernel must zero what it accumulates into
     a.scratch = scratch.get();
-    const size_t p_hat_count =
-        debug_p_hat ? size_t(p_.heads_q) * p_.total_q() * p_.total_k() : 0;
+    const size_t p_hat_count = debug_p_hat ? size_t(p_.heads_q) * p_.total_q() * p_.total_k() : 0;
     DeviceBuffer<float> p_hat(p_hat_count);
     if (debug_p_hat) {
       cudaMemset(p_hat.get(), 0, p_hat_count * sizeof(float));

@@ -13,9 +13,9 @@ struct BackwardKernelArgs {
   float softmax_scale = 1.0f;
   BackwardPrecision precision = BackwardPrecision::kFp8;
   bool deterministic = false;
-  ForwardOperands fwd;   // Q̂, K̂, V̂ᵀ as the forward read them
-  BackwardOperands bwd;  // Q̂ᵀ, K̂cᵀ, V̂, dÔ, dO''ᵀ, D
-  Bf16View q, k, v, d_o;  // BF16 inputs (for precision kFp8Bf16Grad)
+  ForwardOperands fwd;                   // Q̂, K̂, V̂ᵀ as the forward read them
+  BackwardOperands bwd;                  // Q̂ᵀ, K̂cᵀ, V̂, dÔ, dO''ᵀ, D
+  Bf16View q, k, v, d_o;                 // BF16 inputs (for precision kFp8Bf16Grad)
   const float* softmax_stats = nullptr;  // [heads_q][total_q][2] = {M, l}
   Bf16MutableView dq, dk, dv;
   const int32_t* device_status = nullptr;

@@ -21,8 +21,8 @@ constexpr int kKeysPerWarpgroup = kBlockN / kConsumerWarpgroups;  // wgmma M
 // Queries per tile: the 64-query tile-aligned block of dK's dS scale (§5.8) and of dO''.
 constexpr int kBlockM = 64;
 
-constexpr int kFp8MmaK = 32;   // K of an FP8 wgmma (bytes)
-constexpr int kBf16MmaK = 16;  // K of a BF16 wgmma (elements = 32 bytes)
+constexpr int kFp8MmaK = 32;    // K of an FP8 wgmma (bytes)
+constexpr int kBf16MmaK = 16;   // K of a BF16 wgmma (elements = 32 bytes)
 constexpr int kMmaKBytes = 32;  // both: one k step advances a K-major operand by 32 bytes
 
 // K-major tiles whose rows are longer than one 128-byte swizzle atom are stored as panels of
@@ -32,7 +32,9 @@ constexpr int kBf16PerPanel = kPanelBytes / 2;
 constexpr int kTileAlignment = 1024;  // 128B-swizzle pattern period; tile bases sit on it
 
 // Accumulator registers per thread of an m64nN wgmma.
-constexpr int accumulator_registers(int n) { return n / 2; }
+constexpr int accumulator_registers(int n) {
+  return n / 2;
+}
 constexpr int kScoreRegisters = accumulator_registers(kBlockM);  // Sᵀ, dPᵀ: m64n64
 
 constexpr int kBytesPerVector = 16;  // cooperative loads move 16-byte vectors

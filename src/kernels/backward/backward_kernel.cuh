@@ -144,7 +144,8 @@ struct KeyGradientState {
 };
 
 template <int kRegisters>
-__device__ __forceinline__ void rescale_rows(float (&acc)[kRegisters], const float (&factor)[kRowsPerThread]) {
+__device__ __forceinline__ void rescale_rows(float (&acc)[kRegisters],
+                                             const float (&factor)[kRowsPerThread]) {
 #pragma unroll
   for (int i = 0; i < kRegisters; ++i) acc[i] *= factor[register_row(i)];
 }
@@ -167,7 +168,8 @@ __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const
         const int col = register_column(lane, i);
         if (key.visibility[r] > qf.visibility[col]) continue;
         const uint8_t code = uint8_t(p_hat[kk][w] >> (8 * b));
-        const int64_t at = (int64_t(head) * p.total_q + q0 + col) * p.total_k + item.key0 + tile_row[r];
+        const int64_t at =
+            (int64_t(head) * p.total_q + q0 + col) * p.total_k + item.key0 + tile_row[r];
         p.debug_p_hat[at] = e4m3_decode(code) * power_of_two(int(qf.offset[col]));
       }
 }
@@ -231,7 +233,8 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
     mma_value_gradient<kHeadDim>(state.dv, p_hat, smem.d_o_scaled_t);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / kBf16MmaK; ++kk)
-      mma_bf16_rs<kHeadDim>(state.dk, a[kk], paneled_desc(smem.q16_t, kHeadDim * kPanelBytes, kk), 1);
+      mma_bf16_rs<kHeadDim>(state.dk, a[kk], paneled_desc(smem.q16_t, kHeadDim * kPanelBytes, kk),
+                            1);
     hopper::warpgroup_commit();
 
     store_bf16_score_gradient(ds, lane, tile_row, smem.ds16);
@@ -270,9 +273,9 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
     hopper::warpgroup_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / kFp8MmaK; ++kk)
-      mma_fp8_ss<Tile::kDqColumns>(
-          dq, fp8_desc<kBlockN>(smem.g, kk),
-          fp8_desc<kBlockN>(smem.k_centered_t + dq_col0 * kBlockN, kk), kk > 0);
+      mma_fp8_ss<Tile::kDqColumns>(dq, fp8_desc<kBlockN>(smem.g, kk),
+                                   fp8_desc<kBlockN>(smem.k_centered_t + dq_col0 * kBlockN, kk),
+                                   kk > 0);
   }
   hopper::warpgroup_commit();
   hopper::warpgroup_wait<0>();
@@ -303,8 +306,8 @@ __device__ __forceinline__ void write_key_gradients(const BackwardParams& p,
   for (int r = 0; r < kRowsPerThread; ++r) {
     if (key.visibility[r] == kKeyOutside) continue;
     const int64_t j = item.key0 + tile_row[r];
-    const float dk_scale = kBf16Grad ? p.softmax_scale
-                                     : p.softmax_scale * power_of_two(state.dk_unit[r]);
+    const float dk_scale =
+        kBf16Grad ? p.softmax_scale : p.softmax_scale * power_of_two(state.dk_unit[r]);
     const float dv_scale = power_of_two(state.dv_unit - key.value_exp[r]);
     __nv_bfloat16* dk_row = static_cast<__nv_bfloat16*>(p.dk.data) + j * p.dk.token_stride +
                             int64_t(item.kv_head) * p.dk.head_stride;
@@ -329,9 +332,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardParams p) {
   using Storage = BackwardStorage<kHeadDim, kBf16Grad>;
   extern __shared__ uint8_t smem_raw[];
-  const uintptr_t base = reinterpret_cast<uintptr_t>(smem_raw);
-  Storage& smem = *reinterpret_cast<Storage*>((base + kTileAlignment - 1) &
-                                              ~uintptr_t(kTileAlignment - 1));
+  // Pointer arithmetic on the __shared__ array (not integer casts) keeps the address space
+  // known, so every access compiles to LDS/STS rather than generic loads and stores.
+  const uint32_t misalignment = hopper::smem_addr(smem_raw) & (kTileAlignment - 1);
+  Storage& smem = *reinterpret_cast<Storage*>(
+      smem_raw + ((kTileAlignment - misalignment) & (kTileAlignment - 1)));
 
   if (p.device_status != nullptr && *p.device_status != kDeviceStatusOk) return;
   const KeyTileItem item = key_tile_item(p);
@@ -357,8 +362,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   const bool causal = p.causal != 0;
   // A document without queries has no query tile (floor16(q_start) may still lie below q_end).
-  const int q_begin = item.span.q_end > item.span.q_start ? floor_to_group(item.span.q_start)
-                                                          : item.span.q_end;
+  const int q_begin =
+      item.span.q_end > item.span.q_start ? floor_to_group(item.span.q_start) : item.span.q_end;
   for (int q0 = q_begin; q0 < item.span.q_end; q0 += kBlockM) {
     if (!query_tile_sees_key_tile(item, q0, causal)) continue;
     for (int member = 0; member < p.group_size; ++member) {

@@ -96,8 +96,8 @@ cudaError_t launch_for_head_dim(const BackwardKernelArgs& a, const backward::Bac
   }
   const int64_t pairs = int64_t(s.total_q) * s.heads_q * (kHeadDim / 2);
   if (pairs == 0) return cudaSuccess;
-  const int blocks = int(std::min<int64_t>((pairs + kConvertThreads - 1) / kConvertThreads,
-                                           kConvertMaxBlocks));
+  const int blocks =
+      int(std::min<int64_t>((pairs + kConvertThreads - 1) / kConvertThreads, kConvertMaxBlocks));
   backward::convert_dq_kernel<kHeadDim><<<blocks, kConvertThreads, 0, stream>>>(
       p.dq_accum, a.dq, s.total_q, s.heads_q, a.device_status);
   return cudaGetLastError();
@@ -111,7 +111,9 @@ size_t backward_scratch_bytes(const PackedShape& shape, bool deterministic) {
   return bytes;
 }
 
-bool backward_supports_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+bool backward_supports_head_dim(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
 
 cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream) {
   const PackedShape& s = args.shape;

@@ -34,7 +34,7 @@ struct BackwardParams {
   const int8_t* v_exp;
   const uint8_t* d_o;  // dÔ [total_q][Hq][D]
   const int8_t* d_o_exp;
-  const uint8_t* q_t;  // Q̂ᵀ [Hq][D][padded_q], permuted tokens (exponents q_exp)
+  const uint8_t* q_t;           // Q̂ᵀ [Hq][D][padded_q], permuted tokens (exponents q_exp)
   const uint8_t* k_centered_t;  // K̂cᵀ [Hkv][D][padded_k], natural order
   const int8_t* k_centered_exp;
   const uint8_t* d_o_scaled_t;  // dÔ''ᵀ [Hq][D][padded_q], permuted tokens
@@ -46,7 +46,7 @@ struct BackwardParams {
   Bf16View q16, k16, v16, d_o16;
 
   Bf16MutableView dk, dv;
-  float* dq_accum;  // FP32 [total_q][Hq][D], zeroed before the kernel
+  float* dq_accum;        // FP32 [total_q][Hq][D], zeroed before the kernel
   int32_t* dq_semaphore;  // deterministic: [Hq][total_q], zeroed before the kernel
   const int32_t* device_status;
   float* debug_p_hat;  // optional [Hq][total_q][total_k]; see BackwardKernelArgs

@@ -51,7 +51,8 @@ __device__ __forceinline__ void pass_dq_turn(int32_t* semaphore, int next_turn) 
 // d0 + 0..D/2-1); each row scaled by softmax_scale * 2^gq_i (qf.dq_scale) and added to the
 // buffer [total_q][Hq][D]. Rows outside the document are never touched.
 template <int kHeadDim, int kRegisters>
-__device__ __forceinline__ void add_dq_partial(const BackwardParams& p, const float (&dq)[kRegisters],
+__device__ __forceinline__ void add_dq_partial(const BackwardParams& p,
+                                               const float (&dq)[kRegisters],
                                                const QueryFactors& qf, int head, int q0, int d0,
                                                int warp, int lane, bool ordered) {
 #pragma unroll

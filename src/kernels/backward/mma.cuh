@@ -39,8 +39,8 @@ __device__ __forceinline__ void mma_bf16_ss(float (&d)[kN / 2], uint64_t a, uint
 }
 
 template <int kN>
-__device__ __forceinline__ void mma_bf16_rs(float (&d)[kN / 2], const uint32_t (&a)[4],
-                                            uint64_t b, int accumulate) {
+__device__ __forceinline__ void mma_bf16_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b,
+                                            int accumulate) {
   static_assert(kN == 64 || kN == 128, "BF16 RS width");
   if constexpr (kN == 64) hopper::wgmma_bf16_rs_n64<0>(d, a, b, accumulate);
   if constexpr (kN == 128) hopper::wgmma_bf16_rs_n128<0>(d, a, b, accumulate);
@@ -51,15 +51,17 @@ __device__ __forceinline__ void mma_bf16_rs(float (&d)[kN / 2], const uint32_t (
 __device__ __forceinline__ uint64_t paneled_desc(const uint8_t* tile, int panel_bytes, int kk) {
   constexpr int kStepsPerPanel = kPanelBytes / kMmaKBytes;
   const uint8_t* panel = tile + (kk / kStepsPerPanel) * panel_bytes;
-  return hopper::advance_desc(hopper::make_smem_desc(hopper::smem_addr(panel), hopper::Swizzle::k128B),
-                              (kk % kStepsPerPanel) * kMmaKBytes);
+  return hopper::advance_desc(
+      hopper::make_smem_desc(hopper::smem_addr(panel), hopper::Swizzle::k128B),
+      (kk % kStepsPerPanel) * kMmaKBytes);
 }
 
 // Descriptor of a K-major FP8 tile whose rows are `kRowBytes` (64 or 128) long, at k step kk.
 template <int kRowBytes>
 __device__ __forceinline__ uint64_t fp8_desc(const uint8_t* tile, int kk) {
   static_assert(kRowBytes == 64 || kRowBytes == 128, "FP8 row width");
-  constexpr hopper::Swizzle kSwizzle = kRowBytes == 128 ? hopper::Swizzle::k128B : hopper::Swizzle::k64B;
+  constexpr hopper::Swizzle kSwizzle =
+      kRowBytes == 128 ? hopper::Swizzle::k128B : hopper::Swizzle::k64B;
   return hopper::advance_desc(hopper::make_smem_desc(hopper::smem_addr(tile), kSwizzle),
                               kk * kMmaKBytes);
 }

@@ -193,7 +193,8 @@ __device__ __forceinline__ void store_query_gradient_operand(const float (&ds)[k
     const int col = register_column(lane, 4 * pair);
     const float inv0 = qf.dq_inv_block_scale[col];
     const float inv1 = qf.dq_inv_block_scale[col + 1];
-    // Registers 4 pair + {0, 1, 2, 3} = (row 0, col), (row 0, col + 1), (row 1, col), (row 1, col + 1).
+    // Registers 4 pair + {0, 1, 2, 3} = (row 0, col), (row 0, col + 1), (row 1, col), (row 1, col +
+    // 1).
     const float* d = &ds[4 * pair];
     const uint32_t bytes = pack_e4m3x4(__fmul_rn(__fmul_rn(d[0], key.centered_scale[0]), inv0),
                                        __fmul_rn(__fmul_rn(d[2], key.centered_scale[1]), inv0),
@@ -215,9 +216,9 @@ __device__ __forceinline__ void store_bf16_score_gradient(const float (&ds)[kSco
 #pragma unroll
   for (int i = 0; i < kScoreRegisters; ++i) {
     const int key = tile_row[register_row(i)];
-    const uint32_t offset = uint32_t((key / kBf16PerPanel) * kBlockM * kPanelBytes) +
-                            hopper::swizzled_offset<kPanelBytes>(register_column(lane, i),
-                                                                 (key % kBf16PerPanel) * 2);
+    const uint32_t offset =
+        uint32_t((key / kBf16PerPanel) * kBlockM * kPanelBytes) +
+        hopper::swizzled_offset<kPanelBytes>(register_column(lane, i), (key % kBf16PerPanel) * 2);
     *reinterpret_cast<__nv_bfloat16*>(ds_tile + offset) = __float2bfloat16_rn(ds[i]);
   }
 }

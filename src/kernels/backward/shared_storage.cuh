@@ -32,14 +32,14 @@ struct Fp8Storage {
 // precision fp8-bf16grad: Sᵀ and dV in FP8; dPᵀ, dK and dQ in BF16 from the BF16 inputs.
 template <int kHeadDim>
 struct Bf16GradStorage {
-  alignas(kTileAlignment) uint8_t k[kBlockN * kHeadDim];              // K̂ rows (Sᵀ's A)
-  alignas(kTileAlignment) uint8_t v16[kBlockN * kHeadDim * 2];        // V rows (dPᵀ's A)
-  alignas(kTileAlignment) uint8_t k16_t[kHeadDim * kBlockN * 2];      // Kᵀ [d][key] (dQ's B)
-  alignas(kTileAlignment) uint8_t q[kBlockM * kHeadDim];              // Q̂ rows (Sᵀ's B)
-  alignas(kTileAlignment) uint8_t d_o16[kBlockM * kHeadDim * 2];      // dO rows (dPᵀ's B)
-  alignas(kTileAlignment) uint8_t q16_t[kHeadDim * kBlockM * 2];      // Qᵀ [d][query] (dK's B)
-  alignas(kTileAlignment) uint8_t d_o_scaled_t[kHeadDim * kBlockM];   // dÔ''ᵀ (dV's B)
-  alignas(kTileAlignment) uint8_t ds16[kBlockM * kBlockN * 2];        // dS [query][key] (dQ's A)
+  alignas(kTileAlignment) uint8_t k[kBlockN * kHeadDim];             // K̂ rows (Sᵀ's A)
+  alignas(kTileAlignment) uint8_t v16[kBlockN * kHeadDim * 2];       // V rows (dPᵀ's A)
+  alignas(kTileAlignment) uint8_t k16_t[kHeadDim * kBlockN * 2];     // Kᵀ [d][key] (dQ's B)
+  alignas(kTileAlignment) uint8_t q[kBlockM * kHeadDim];             // Q̂ rows (Sᵀ's B)
+  alignas(kTileAlignment) uint8_t d_o16[kBlockM * kHeadDim * 2];     // dO rows (dPᵀ's B)
+  alignas(kTileAlignment) uint8_t q16_t[kHeadDim * kBlockM * 2];     // Qᵀ [d][query] (dK's B)
+  alignas(kTileAlignment) uint8_t d_o_scaled_t[kHeadDim * kBlockM];  // dÔ''ᵀ (dV's B)
+  alignas(kTileAlignment) uint8_t ds16[kBlockM * kBlockN * 2];       // dS [query][key] (dQ's A)
   QueryFactors query;
 };
 

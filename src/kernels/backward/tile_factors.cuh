@@ -18,7 +18,9 @@ constexpr int kRowsPerThread = 2;
 
 // Register i of an accumulator holds row register_row(i) of the thread's pair and column
 // 8 (i >> 2) + 2 (lane & 3) + (i & 1).
-__host__ __device__ constexpr int register_row(int i) { return (i >> 1) & 1; }
+__host__ __device__ constexpr int register_row(int i) {
+  return (i >> 1) & 1;
+}
 __device__ __forceinline__ int register_column(int lane, int i) {
   return 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
 }
@@ -30,7 +32,7 @@ struct KeyRowFactors {
   float value_scale[kRowsPerThread];       // 2^ev
   float centered_scale[kRowsPerThread];    // 2^ekc
   int visibility[kRowsPerThread];
-  int value_exp[kRowsPerThread];           // ev (for the final dV scale)
+  int value_exp[kRowsPerThread];  // ev (for the final dV scale)
 };
 
 __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& p,
@@ -57,16 +59,16 @@ __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& 
 // Per-query factors of one 64-query tile of one head, in shared memory (threads read the two
 // adjacent columns of each of their column pairs).
 struct QueryFactors {
-  float row_factor[kBlockM];   // c * 2^eq_i, the forward's row factor
-  float offset[kBlockM];       // M_i - 8 (softmax_offset of the saved integer M_i)
-  float inv_l[kBlockM];        // 1 / l_i
-  float d_o_scale[kBlockM];    // 2^edo_i
-  float delta[kBlockM];        // D_i
-  float q_scale[kBlockM];      // 2^eq_i (folded into dK's dS operand)
-  int visibility[kBlockM];     // query_visibility_index
-  float dq_scale[kBlockM];     // softmax_scale * 2^gq_i, set per step once gq is known
+  float row_factor[kBlockM];          // c * 2^eq_i, the forward's row factor
+  float offset[kBlockM];              // M_i - 8 (softmax_offset of the saved integer M_i)
+  float inv_l[kBlockM];               // 1 / l_i
+  float d_o_scale[kBlockM];           // 2^edo_i
+  float delta[kBlockM];               // D_i
+  float q_scale[kBlockM];             // 2^eq_i (folded into dK's dS operand)
+  int visibility[kBlockM];            // query_visibility_index
+  float dq_scale[kBlockM];            // softmax_scale * 2^gq_i, set per step once gq is known
   float dq_inv_block_scale[kBlockM];  // 2^-gq_i
-  int value_block_exp;         // ew of the tile: one dO'' exponent per 64-query block
+  int value_block_exp;                // ew of the tile: one dO'' exponent per 64-query block
 };
 
 // Threads 0..kBlockM-1 fill the factors of query rows q0 .. q0 + 63 of head h.

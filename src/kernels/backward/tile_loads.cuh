@@ -22,7 +22,9 @@ struct TokenRange {
   __device__ __forceinline__ bool contains(int t) const { return t >= lo && t < hi; }
 };
 
-__device__ __forceinline__ uint4 zero_vector() { return make_uint4(0u, 0u, 0u, 0u); }
+__device__ __forceinline__ uint4 zero_vector() {
+  return make_uint4(0u, 0u, 0u, 0u);
+}
 
 // Row-major FP8 rows (token `first + row`, kRowBytes = D bytes each, `token_pitch` bytes apart)
 // into a tile of kRows rows swizzled for rows of kRowBytes.
@@ -112,8 +114,8 @@ __device__ __forceinline__ void load_bf16_rows(uint8_t* tile, const Bf16View& vi
 // contiguous, natural order) in panels of 64 tokens. Consecutive threads take consecutive tokens
 // of one 8-element slice, so each shared-memory store instruction writes one row segment.
 template <int kTokens, int kD>
-__device__ __forceinline__ void load_bf16_transposed(uint8_t* tile, const Bf16View& view,
-                                                     int head, int first, TokenRange valid) {
+__device__ __forceinline__ void load_bf16_transposed(uint8_t* tile, const Bf16View& view, int head,
+                                                     int first, TokenRange valid) {
   constexpr int kElementsPerVector = kBytesPerVector / 2;
   for (int v = threadIdx.x; v < kTokens * (kD / kElementsPerVector); v += kThreads) {
     const int t = v % kTokens;

@@ -3,6 +3,8 @@
 #include "kernels/forward/forward_kernel.cuh"
 #include "kernels/hopper/tensor_map.h"
 
+#include <cstdlib>
+
 namespace flamia {
 namespace {
 
@@ -91,10 +93,13 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   if (err != cudaSuccess) return err;
 
   constexpr size_t kShared = forward::forward_shared_bytes<kHeadDim>();
-  auto kernel = forward::forward_kernel<kHeadDim>;
+  // FLAMIA_FORWARD_PINGPONG=0 turns the consumers' MMA ping-pong off (for measurements).
+  const char* pingpong = std::getenv("FLAMIA_FORWARD_PINGPONG");
+  auto kernel = (pingpong && pingpong[0] == '0') ? forward::forward_kernel<kHeadDim, false>
+                                                 : forward::forward_kernel<kHeadDim, true>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
   if (err != cudaSuccess) return err;
-  const int64_t max_items = int64_t(forward::max_query_tiles(s, kBlockM)) * s.heads_q;
+  const int64_t max_items = forward::max_work_items(s, kBlockM);
   const int grid = int(max_items < multiprocessor_count() ? max_items : multiprocessor_count());
   kernel<<<grid, forward::kThreads, kShared, stream>>>(params);
   return cudaGetLastError();

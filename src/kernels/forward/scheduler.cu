@@ -5,96 +5,100 @@ namespace {
 
 constexpr int kPlanThreads = 1024;
 constexpr int kBinsPerThread = kScheduleCostBins / kPlanThreads;
+static_assert(kScheduleCostBins % kPlanThreads == 0, "bins split evenly over threads");
 
-__device__ int tile_cost(int doc, int m_block, const int32_t* cu_q, const int32_t* cu_k,
-                         int block_m, int block_n, bool causal) {
-  const int q_len = cu_q[doc + 1] - cu_q[doc];
-  const int k_start = cu_k[doc];
-  const int k_len = cu_k[doc + 1] - k_start;
-  const int lead = k_start % kPermutationGroup;
-  int n_tiles;
-  if (causal) {
-    const int last_row = min((m_block + 1) * block_m, q_len) - 1;
-    n_tiles = (last_row + lead) / block_n + 1;
-  } else {
-    n_tiles = (k_len + lead + block_n - 1) / block_n;
-  }
-  // One tile's worth of fixed cost (Q load, epilogue) on top of its key tiles.
-  return min(n_tiles + 1, kScheduleCostBins - 1);
+__device__ __forceinline__ int query_blocks(const int32_t* cu_q, int doc, int block_m) {
+  return (cu_q[doc + 1] - cu_q[doc] + block_m - 1) / block_m;
 }
 
-// One CTA: counting sort of all (doc, query tile) by descending cost.
-__global__ void __launch_bounds__(kPlanThreads) schedule_plan_kernel(
-    const int32_t* cu_q, const int32_t* cu_k, int batch, int block_m, int block_n, bool causal,
-    const int32_t* device_status, int32_t* num_tiles, TileItem* tiles) {
-  __shared__ int bins[kScheduleCostBins];
-  __shared__ int partial[kPlanThreads];
+// Block-wide exclusive scan of one value per thread; returns the prefix, `total` the sum.
+__device__ int exclusive_scan(int value, int* scratch, int* total) {
   const int tid = threadIdx.x;
+  scratch[tid] = value;
+  __syncthreads();
+  for (int offset = 1; offset < kPlanThreads; offset *= 2) {
+    const int add = tid >= offset ? scratch[tid - offset] : 0;
+    __syncthreads();
+    scratch[tid] += add;
+    __syncthreads();
+  }
+  const int inclusive = scratch[tid];
+  *total = scratch[kPlanThreads - 1];
+  __syncthreads();
+  return inclusive - value;
+}
+
+__device__ __forceinline__ int tile_cost(const int32_t* cu_q, int doc, int m_block, int block_m,
+                                         int block_n, bool causal) {
+  const int q_len = cu_q[doc + 1] - cu_q[doc];
+  // key tiles visited (+1 for the fixed cost of a work item); documents have q_len == k_len
+  // when causal; non-causal ones are costed by their query length as well (a lower bound)
+  const int rows = causal ? min((m_block + 1) * block_m, q_len) : q_len;
+  return min((rows + block_n - 1) / block_n + 1, kScheduleCostBins - 1);
+}
+
+// One CTA: counting sort of every (document, query tile) by descending cost (longest-processing-
+// time-first); each tile becomes heads_q consecutive work items.
+__global__ void __launch_bounds__(kPlanThreads) schedule_plan_kernel(
+    const int32_t* cu_q, int batch, int heads, int block_m, int block_n, bool causal,
+    const int32_t* device_status, ScheduleView view) {
+  __shared__ int bins[kScheduleCostBins];
+  __shared__ int scratch[kPlanThreads];
+  const int tid = threadIdx.x;
+  const bool skip = device_status && *device_status != 0;
   for (int i = tid; i < kScheduleCostBins; i += kPlanThreads) bins[i] = 0;
   __syncthreads();
-  const bool skip = device_status && *device_status != 0;
-  if (!skip) {
-    for (int doc = tid; doc < batch; doc += kPlanThreads) {
-      const int blocks = (cu_q[doc + 1] - cu_q[doc] + block_m - 1) / block_m;
-      for (int m = 0; m < blocks; ++m)
-        atomicAdd(&bins[tile_cost(doc, m, cu_q, cu_k, block_m, block_n, causal)], 1);
-    }
-  }
+  if (!skip)
+    for (int doc = tid; doc < batch; doc += kPlanThreads)
+      for (int m = 0, blocks = query_blocks(cu_q, doc, block_m); m < blocks; ++m)
+        atomicAdd(&bins[kScheduleCostBins - 1 - tile_cost(cu_q, doc, m, block_m, block_n, causal)], 1);
   __syncthreads();
-  // Exclusive scan in descending cost order: thread t owns bins in reversed order
-  // [t*B, (t+1)*B) of the reversed array.
   int local[kBinsPerThread];
   int sum = 0;
 #pragma unroll
   for (int i = 0; i < kBinsPerThread; ++i) {
-    local[i] = bins[kScheduleCostBins - 1 - (tid * kBinsPerThread + i)];
+    local[i] = bins[tid * kBinsPerThread + i];
     sum += local[i];
   }
-  partial[tid] = sum;
-  __syncthreads();
-  for (int offset = 1; offset < kPlanThreads; offset *= 2) {
-    const int add = tid >= offset ? partial[tid - offset] : 0;
-    __syncthreads();
-    partial[tid] += add;
-    __syncthreads();
-  }
-  int running = partial[tid] - sum;  // exclusive prefix
+  int tiles = 0;
+  int running = exclusive_scan(sum, scratch, &tiles);
 #pragma unroll
   for (int i = 0; i < kBinsPerThread; ++i) {
-    bins[kScheduleCostBins - 1 - (tid * kBinsPerThread + i)] = running;
+    bins[tid * kBinsPerThread + i] = running;
     running += local[i];
   }
-  if (tid == kPlanThreads - 1) *num_tiles = partial[tid];
+  if (tid == 0) *view.num_items = tiles * heads;
   __syncthreads();
   if (skip) return;
-  for (int doc = tid; doc < batch; doc += kPlanThreads) {
-    const int blocks = (cu_q[doc + 1] - cu_q[doc] + block_m - 1) / block_m;
-    for (int m = 0; m < blocks; ++m) {
-      const int at = atomicAdd(&bins[tile_cost(doc, m, cu_q, cu_k, block_m, block_n, causal)], 1);
-      tiles[at] = TileItem{doc, m};
+  for (int doc = tid; doc < batch; doc += kPlanThreads)
+    for (int m = 0, blocks = query_blocks(cu_q, doc, block_m); m < blocks; ++m) {
+      const int bin = kScheduleCostBins - 1 - tile_cost(cu_q, doc, m, block_m, block_n, causal);
+      const int at = atomicAdd(&bins[bin], 1);
+      for (int h = 0; h < heads; ++h) view.items[at * heads + h] = TileItem{doc, h, m, 0};
     }
-  }
 }
 
 }  // namespace
 
 size_t schedule_workspace_bytes(const PackedShape& shape, int block_m) {
-  return align_up(kScheduleHeaderInts * sizeof(int32_t) +
-                  size_t(max_query_tiles(shape, block_m)) * sizeof(TileItem));
+  return align_up(kScheduleHeaderInts * sizeof(int32_t)) +
+         align_up(size_t(max_work_items(shape, block_m)) * sizeof(TileItem));
 }
 
 ScheduleView schedule_view(void* workspace) {
-  auto* base = static_cast<int32_t*>(workspace);
-  return {base, reinterpret_cast<TileItem*>(base + kScheduleHeaderInts)};
+  WorkspaceCarver carve(workspace);
+  ScheduleView view;
+  view.num_items = carve.take<int32_t>(kScheduleHeaderInts);
+  view.items = reinterpret_cast<TileItem*>(carve.take<int4>(0));
+  return view;
 }
 
 cudaError_t launch_schedule_plan(const PackedShape& shape, int block_m, int block_n,
                                  const int32_t* device_status, void* workspace,
                                  cudaStream_t stream) {
-  const ScheduleView view = schedule_view(workspace);
   schedule_plan_kernel<<<1, kPlanThreads, 0, stream>>>(
-      shape.cu_seqlens_q, shape.cu_seqlens_k, shape.batch, block_m, block_n, shape.causal,
-      device_status, view.num_tiles, view.tiles);
+      shape.cu_seqlens_q, shape.batch, shape.heads_q, block_m, block_n, shape.causal,
+      device_status, schedule_view(workspace));
   return cudaGetLastError();
 }
 

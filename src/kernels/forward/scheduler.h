@@ -1,6 +1,9 @@
-// Workload-aware ordering of the forward's query tiles: a device-side plan (no host sync) that
-// lists every (document, query tile) by descending cost, so persistent CTAs take the longest
-// documents' tiles first and the tail stays short.
+// Workload-aware ordering of the forward's work items, planned on the device (no host sync):
+// every (document, query tile) sorted by descending cost (key tiles visited), longest first,
+// each expanded into its query heads (neighbouring items share K̂/V̂ of a KV head in L2).
+// Persistent CTAs take items round-robin, so the tail is made of the shortest items.
+// (Measured: a document-major order had better L2 locality but a worse tail, 0.63 -> 0.73 ms
+// on equal-2k.)
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,22 +16,22 @@
 
 namespace flamia::forward {
 
-// Workspace: a header (the number of tiles), then the tile list.
+// Workspace: a header (the number of items), then the items.
 struct ScheduleView {
-  int32_t* num_tiles;
-  TileItem* tiles;
+  int32_t* num_items;
+  TileItem* items;
 };
 
-constexpr int kScheduleHeaderInts = 64;  // keeps the tile list 256-byte aligned
-constexpr int kScheduleCostBins = 4096;  // costs (key tiles) above this share the top bin
+constexpr int kScheduleHeaderInts = 64;  // keeps what follows 256-byte aligned
+constexpr int kScheduleCostBins = 4096;  // documents with more query tiles share the top bin
 
-inline int max_query_tiles(const PackedShape& shape, int block_m) {
-  return shape.total_q / block_m + shape.batch + 1;
+inline int64_t max_work_items(const PackedShape& shape, int block_m) {
+  return (int64_t(shape.total_q) / block_m + shape.batch + 1) * shape.heads_q;
 }
 size_t schedule_workspace_bytes(const PackedShape& shape, int block_m);
 ScheduleView schedule_view(void* workspace);
 
-// Fills the tile list on `stream`. Reads cu_seqlens on the device only.
+// Fills the item list on `stream`. Reads cu_seqlens on the device only.
 cudaError_t launch_schedule_plan(const PackedShape& shape, int block_m, int block_n,
                                  const int32_t* device_status, void* workspace,
                                  cudaStream_t stream);

@@ -7,10 +7,12 @@
 
 namespace flamia::forward {
 
-// One query tile of one document (for every query head).
-struct TileItem {
+// One work item: a query tile of one document for one query head.
+struct alignas(16) TileItem {
   int32_t doc;
+  int32_t head;
   int32_t m_block;
+  int32_t unused;
 };
 
 struct TileGeometry {

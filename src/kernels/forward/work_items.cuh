@@ -1,4 +1,4 @@
-// The persistent loop's work items: every (query tile, query head), in the plan's order. The
+// The persistent loop's work items: every (document, query head, query tile) in the plan's order. The
 // producer and the consumers walk the same sequence independently (static round-robin over
 // CTAs), so no hand-off is needed.
 #pragma once
@@ -16,16 +16,16 @@ struct WorkItem {
 
 template <int kBlockN>
 __device__ __forceinline__ WorkItem work_item(const ForwardParams& p, int index) {
-  const TileItem tile = p.schedule.tiles[index / p.heads_q];
+  const TileItem tile = p.schedule.items[index];
   WorkItem w;
-  w.head = index % p.heads_q;
+  w.head = tile.head;
   w.kv_head = w.head / p.group_size;
   w.geo = tile_geometry<kBlockM, kBlockN>(tile, p.cu_seqlens_q, p.cu_seqlens_k, p.causal != 0);
   return w;
 }
 
 __device__ __forceinline__ int work_item_count(const ForwardParams& p) {
-  return *p.schedule.num_tiles * p.heads_q;
+  return *p.schedule.num_items;
 }
 
 }  // namespace flamia::forward

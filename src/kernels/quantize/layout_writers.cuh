@@ -27,12 +27,12 @@ __device__ __forceinline__ void store_row_major(uint8_t* base, int64_t token, in
 // (2k, 2k+1) and (2k+8, 2k+9) are two byte pairs per channel.
 template <int kHeadDim>
 __device__ __forceinline__ void stage_codes(uint8_t* stage, const TileGeometry<kHeadDim>& g,
-                                            TokenOrder order,
+                                            int chunk, TokenOrder order,
                                             const uint32_t (&codes)[kQuadTokens][kCodeWords]) {
   using Geometry = TileGeometry<kHeadDim>;
   // The thread's rows d = 16 chunk + i share one swizzle, so every store is one base address
   // plus an immediate offset i * kTileTokens.
-  const int first_row = g.chunk * kChunkChannels;
+  const int first_row = chunk * kChunkChannels;
   uint8_t* rows = stage + first_row * kTileTokens;
   const int group_slot = g.group * kPermutationGroup;
   constexpr int kUpperPairOffset = kPermutationGroup / 2;  // natural: tokens 2k+8, 2k+9

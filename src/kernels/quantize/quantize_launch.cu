@@ -65,10 +65,10 @@ bool job_has_work(const TensorJob& job) {
          (job.num_copies > 0 || job.lse_shift.out != nullptr || job.delta.out != nullptr);
 }
 
-template <int kHeadDim, bool kWithDelta>
+template <int kHeadDim, bool kGradient>
 cudaError_t launch_kernel(const TensorJob& job, cudaStream_t stream) {
-  const auto kernel = quantize_tensor_kernel<kHeadDim, kWithDelta>;
-  const int smem_bytes = int(sizeof(QuantizeShared<kHeadDim, kWithDelta>));
+  const auto kernel = quantize_tensor_kernel<kHeadDim, kGradient>;
+  const int smem_bytes = int(sizeof(QuantizeShared<kHeadDim, kGradient>));
   const cudaError_t status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (status != cudaSuccess) return status;
@@ -77,10 +77,18 @@ cudaError_t launch_kernel(const TensorJob& job, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
+// The gradient kernel serves jobs with delta or an x / l copy (dO); the other kernel the rest.
+bool is_gradient_job(const TensorJob& job) {
+  if (job.delta.out != nullptr) return true;
+  for (int k = 0; k < job.num_copies; ++k)
+    if (job.copy[k].transform == Transform::kDivideByL) return true;
+  return false;
+}
+
 template <int kHeadDim>
 cudaError_t launch_for_head_dim(const TensorJob& job, cudaStream_t stream) {
-  return job.delta.out != nullptr ? launch_kernel<kHeadDim, true>(job, stream)
-                                  : launch_kernel<kHeadDim, false>(job, stream);
+  return is_gradient_job(job) ? launch_kernel<kHeadDim, true>(job, stream)
+                              : launch_kernel<kHeadDim, false>(job, stream);
 }
 
 }  // namespace

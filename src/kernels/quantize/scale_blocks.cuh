@@ -31,8 +31,8 @@ __device__ __forceinline__ TokenRange scale_block(BlockKind kind, int t, int doc
   }
 }
 
-// Amax bits are FP32 bit patterns of non-negative values (NaN excluded), so unsigned order is
-// float order and shared-memory atomicMax combines them.
+// Amax values are kept as FP32 bit patterns of non-negative values (NaN excluded), so unsigned
+// order is float order.
 __device__ __forceinline__ uint32_t amax_bits(float amax) {
   // A NaN amax (0/0 in the dO/l copy) is ignored like the reference's std::max ignores it.
   return amax == amax ? __float_as_uint(amax) : 0u;

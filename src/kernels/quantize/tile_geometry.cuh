@@ -4,8 +4,13 @@
 //  - a thread's 4 tokens are the 4 tokens one permuted 32-bit word holds (slots 4k..4k+3 of a
 //    group of 16 hold tokens 2k, 2k+1, 2k+8, 2k+9), so the transpose is register byte permutes
 //    plus one 4-byte shared store per channel,
-//  - those stores and the 16-byte reads that write the token-major copy out are free of bank
-//    conflicts (XOR swizzle of the word index by the channel chunk).
+//  - one warp holds all channels of its tokens (amax and dot products reduce with shuffles),
+//  - the staging stores and the 16-byte reads that write the token-major copy out are free of
+//    bank conflicts (XOR swizzle of the word index by the channel chunk).
+//
+// Lane = quad k (0..3) + 4 s; s splits into the chunk within the warp and, at head dim 64, which
+// of the warp's two groups of 16 tokens. At head dim 256 a thread handles two chunks (slices)
+// 8 apart, so that every head dim runs 128 or 256 threads.
 #pragma once
 
 #include <cstdint>
@@ -16,38 +21,30 @@
 namespace flamia::quantize {
 
 constexpr int kWarpSize = 32;
-constexpr int kLanesPerQuadRow = 4;         // lanes k = 0..3 hold the 4 quads of one group
+constexpr int kLanesPerQuadRow = 4;  // lanes k = 0..3 hold the 4 quads of one group
+constexpr int kMaxWarpChunks = 8;    // 8 lanes x 4 quads = one warp
 constexpr int kGroupsPerTile = kTileTokens / kPermutationGroup;  // 8
 constexpr int kBytesPerWord = 4;
 constexpr int kWordsPerGroup = kPermutationGroup / kBytesPerWord;  // 4 words = 16 slots
-constexpr int kTokenMajorChunkBytes = 16;   // one 16-byte store = one group of 16 slots
 
 template <int kHeadDim>
 struct TileGeometry {
   static_assert(kHeadDim % (kChunkChannels * kLanesPerQuadRow) == 0, "head dim");
-  static constexpr int kChunks = kHeadDim / kChunkChannels;               // 4, 8, 16
-  static constexpr int kWarpChunks = kChunks < 8 ? kChunks : 8;           // chunks in one warp
-  static constexpr int kWarpGroups = 8 / kWarpChunks;                     // token groups / warp
-  static constexpr int kParts = kChunks / kWarpChunks;                    // warps per token
-  static constexpr int kThreads = kTileTokens / kQuadTokens * kChunks;    // 128, 256, 512
-  // Register budget: 64 per thread (the input tile lives in shared memory, so this fits
-  // without spills), which lets shared memory, not registers, bound the CTAs per SM.
-  static constexpr int kRegisterBudget = 64;
-  static constexpr int kRegistersPerSm = 65536;
-  static constexpr int kMinBlocksPerSm = kRegistersPerSm / kRegisterBudget / kThreads;
-  static constexpr int kTokensPerHaloPass = kThreads / kChunks;           // 32
+  static constexpr int kChunks = kHeadDim / kChunkChannels;  // 4, 8, 16
+  static constexpr int kWarpChunks = kChunks < kMaxWarpChunks ? kChunks : kMaxWarpChunks;
+  static constexpr int kSlices = kChunks / kWarpChunks;             // chunks per thread: 1, 1, 2
+  static constexpr int kWarpGroups = kMaxWarpChunks / kWarpChunks;  // token groups per warp
+  static constexpr int kThreads = kTileTokens / kQuadTokens * kWarpChunks;  // 128, 256, 256
+  static constexpr int kTokensPerHaloPass = kThreads / kChunks;             // 32, 32, 16
   static constexpr int kStageBytes = kHeadDim * kTileTokens;
-  static constexpr int kStageRowWords = kTileTokens / kBytesPerWord;      // 32: one bank row
-  static constexpr int kWriteoutPerThread =
-      kHeadDim * kGroupsPerTile / kThreads;                               // 4
-  static_assert(kWarpChunks * kWarpGroups == 8, "a warp is 4 quads x 8 (chunk, group) pairs");
+  static constexpr int kWriteoutPerThread = kHeadDim * kGroupsPerTile / kThreads;  // 4, 4, 8
+  static_assert(kThreads / kWarpSize * kWarpGroups == kGroupsPerTile, "warps cover the tile");
   static_assert(kHeadDim * kGroupsPerTile % kThreads == 0, "writeout mapping");
+  static_assert(kTileTokens / kBytesPerWord == kWarpSize, "a staging row spans the 32 banks");
 
-  int quad;      // k: which quad of its group (0..3)
-  int chunk;     // channel chunk (16 channels)
-  int group;     // group of 16 tokens in the tile
-  int part;      // which of the kParts warps sharing these tokens
-  int sub_chunk; // chunk within the warp (the lanes a token's amax is reduced over)
+  int quad;       // k: which quad of its group (0..3)
+  int sub_chunk;  // chunk within the warp's kWarpChunks
+  int group;      // group of 16 tokens in the tile
 
   __device__ __forceinline__ explicit TileGeometry(int tid) {
     const int lane = tid % kWarpSize;
@@ -55,13 +52,10 @@ struct TileGeometry {
     quad = lane % kLanesPerQuadRow;
     const int s = lane / kLanesPerQuadRow;
     sub_chunk = s % kWarpChunks;
-    part = warp % kParts;
-    chunk = part * kWarpChunks + sub_chunk;
-    group = warp / kParts * kWarpGroups + s / kWarpChunks;
+    group = warp * kWarpGroups + s / kWarpChunks;
   }
-  // Tile-local index of the thread's token j (0..3): slot 4k + j of its group holds it.
-  __device__ __forceinline__ int token(int j) const {
-    return group * kPermutationGroup + permuted_token(quad * kQuadTokens + j);
+  __device__ __forceinline__ int chunk(int slice) const {
+    return slice * kWarpChunks + sub_chunk;
   }
 
   // Reduces over the lanes holding the other chunks of the same tokens (lane bits 2..).
@@ -73,8 +67,8 @@ struct TileGeometry {
     return v;
   }
 
-  // Word swizzle of staging row d: XOR with the row's chunk (within a warp), scaled so that the
-  // chunks of one warp land on distinct 4-word bank groups.
+  // Word swizzle of staging row d: XOR with the row's chunk within the warp, scaled so that
+  // the chunks of one warp land on distinct 4-word bank groups.
   __device__ __forceinline__ static int stage_swizzle(int d) {
     return (d / kChunkChannels) % kWarpChunks * kWordsPerGroup * kWarpGroups;
   }

@@ -1,113 +1,147 @@
 // The FP32 values of a copy for a few tokens of one thread (its quad, or one halo token): the
-// BF16 input through the copy's transform, with the per-transform operands (the document's
-// first key, the shift vector, l) loaded for all tokens before any is used, so their latencies
-// overlap. Also the per-token amax, with the dO/l shortcut.
+// BF16 input through the copy's transform, and the per-token amax (with the dO/l shortcut).
+//
+// A token set describes the thread's tokens; its members are cheap to recompute, so nothing
+// about them needs to stay in registers across the kernel's phases:
+//   static constexpr int kCount;  int token(int j);  bool valid(int j);  int doc_begin(int j);
 #pragma once
 
 #include <cstdint>
 
+#include "common/fp8_numerics.h"
 #include "kernels/quantize/element_convert.cuh"
 #include "kernels/quantize/quantize_job.h"
 
 namespace flamia::quantize {
 
-// Where a thread's tokens are: token index, whether it exists, its document's first token.
-template <int N>
-struct TokenSet {
-  int64_t token[N];
-  bool valid[N];
-  int doc_begin[N];  // only read by kSubtractFirstKey
+// The thread's quad: tokens 16 group + pi(4 quad + j) of the tile.
+struct QuadTokens {
+  static constexpr int kCount = kQuadTokens;
+  int tile_begin;
+  int tokens;
+  int group_slot;  // 16 * group
+  int quad;
+  const int32_t* doc_begin_smem;  // per tile-local token (valid when documents are needed)
+  __device__ __forceinline__ int local(int j) const {
+    return group_slot + permuted_token(quad * kQuadTokens + j);
+  }
+  __device__ __forceinline__ int token(int j) const { return tile_begin + local(j); }
+  __device__ __forceinline__ bool valid(int j) const { return token(j) < tokens; }
+  __device__ __forceinline__ int doc_begin(int j) const { return doc_begin_smem[local(j)]; }
 };
 
-template <Transform kTransform, int kHeadDim, int N, typename Source, typename Consume>
+// One token outside the tile (the halo), in the document that starts at `doc`.
+struct HaloToken {
+  static constexpr int kCount = 1;
+  int t;
+  bool ok;
+  int doc;
+  __device__ __forceinline__ int token(int) const { return t; }
+  __device__ __forceinline__ bool valid(int) const { return ok; }
+  __device__ __forceinline__ int doc_begin(int) const { return doc; }
+};
+
+__device__ __forceinline__ float load_l(const TensorJob& job, int head, int token) {
+  constexpr int kStatsPerRow = 2;  // {M, l}
+  return __ldg(job.softmax_stats + (int64_t(head) * job.tokens + token) * kStatsPerRow + 1);
+}
+
+template <Transform kTransform, int kHeadDim, typename Set, typename Source, typename Consume>
 __device__ __forceinline__ void transform_tokens_as(const TensorJob& job, int head, int chunk,
-                                                    const TokenSet<N>& set, const Source& x,
+                                                    const Set& set, const Source& x,
                                                     Consume consume) {
+  constexpr int N = Set::kCount;
   float shift[kChunkChannels] = {};
   float l[N];
-  [[maybe_unused]] Bf16Chunk first_key[N];
   if constexpr (kTransform == Transform::kSubtractVector) {
     load_vector_chunk(job.shift_vector + int64_t(head) * kHeadDim + chunk * kChunkChannels, shift);
   }
 #pragma unroll
   for (int j = 0; j < N; ++j) {
-    if constexpr (kTransform == Transform::kSubtractFirstKey) {
-      first_key[j] = set.valid[j] ? load_chunk(job.x, set.doc_begin[j], head, chunk) : zero_chunk();
-    }
-    if constexpr (kTransform == Transform::kDivideByL) {
-      l[j] = set.valid[j] ? __ldg(job.softmax_stats + (int64_t(head) * job.tokens + set.token[j]) * 2 + 1)
-                          : 1.0f;
-    } else {
-      l[j] = 1.0f;
-    }
+    l[j] = kTransform == Transform::kDivideByL && set.valid(j) ? load_l(job, head, set.token(j))
+                                                               : 1.0f;
   }
+  [[maybe_unused]] int shift_doc = -1;
 #pragma unroll
   for (int j = 0; j < N; ++j) {
+    if constexpr (kTransform == Transform::kSubtractFirstKey) {
+      // The tokens of a quad nearly always share their document: load its first key once.
+      const int doc = set.valid(j) ? set.doc_begin(j) : shift_doc;
+      if (doc != shift_doc) {
+        unpack_chunk(load_chunk(job.x, doc, head, chunk), shift);
+        shift_doc = doc;
+      }
+    }
     float v[kChunkChannels];
     unpack_chunk(x(j), v);
-    if constexpr (kTransform == Transform::kSubtractFirstKey) unpack_chunk(first_key[j], shift);
     apply_transform(kTransform, shift, l[j], v);
     consume(j, v);
   }
 }
 
 // consume(j, float (&v)[kChunkChannels]) for each token j, with the copy's transform applied;
-// x(j) gives token j's BF16 chunk.
-template <int kHeadDim, int N, typename Source, typename Consume>
+// x(j) gives token j's BF16 chunk. Gradient jobs (dO) know only the identity and x / l; the
+// others all but x / l (its division's slow-path call costs registers the others need).
+template <int kHeadDim, bool kGradient, typename Set, typename Source, typename Consume>
 __device__ __forceinline__ void transform_tokens(Transform transform, const TensorJob& job,
-                                                 int head, int chunk, const TokenSet<N>& set,
+                                                 int head, int chunk, const Set& set,
                                                  const Source& x, Consume consume) {
-#ifdef QONLY
-  transform = Transform::QONLY;
-#endif
-  switch (transform) {
-    case Transform::kSubtractFirstKey:
-      transform_tokens_as<Transform::kSubtractFirstKey, kHeadDim>(job, head, chunk, set, x,
-                                                                  consume);
-      break;
-    case Transform::kSubtractVector:
-      transform_tokens_as<Transform::kSubtractVector, kHeadDim>(job, head, chunk, set, x,
-                                                                consume);
-      break;
-    case Transform::kDivideByL:
+  if constexpr (kGradient) {
+    if (transform == Transform::kDivideByL) {
       transform_tokens_as<Transform::kDivideByL, kHeadDim>(job, head, chunk, set, x, consume);
-      break;
-    case Transform::kIdentity:
-    default:
+    } else {
       transform_tokens_as<Transform::kIdentity, kHeadDim>(job, head, chunk, set, x, consume);
-      break;
+    }
+  } else {
+    switch (transform) {
+      case Transform::kSubtractFirstKey:
+        transform_tokens_as<Transform::kSubtractFirstKey, kHeadDim>(job, head, chunk, set, x,
+                                                                    consume);
+        break;
+      case Transform::kSubtractVector:
+        transform_tokens_as<Transform::kSubtractVector, kHeadDim>(job, head, chunk, set, x,
+                                                                  consume);
+        break;
+      case Transform::kIdentity:
+      default:
+        transform_tokens_as<Transform::kIdentity, kHeadDim>(job, head, chunk, set, x, consume);
+        break;
+    }
   }
 }
 
-// Amax over all channels of each token (reduce_lanes combines the lanes holding its other
-// chunks; every lane gets the result). For x / l it divides the amax of |x| once: division by
-// |l| is monotone and |fl(x / l)| = fl(|x| / |l|), so that is exactly the amax of the quotients.
-template <int kHeadDim, int N, typename Source, typename ReduceLanes>
-__device__ __forceinline__ void token_amax(Transform transform, const TensorJob& job, int head,
-                                           int chunk, const TokenSet<N>& set, const Source& x,
-                                           ReduceLanes reduce_lanes, float (&amax)[N]) {
-#ifdef QONLY
-  transform = Transform::QONLY;
-#endif
-  if (transform == Transform::kDivideByL) {
-    float l[N];
+// The thread's part of each token's amax, folded into amax[j] (fmaxf: NaN is ignored, as the
+// reference's std::max ignores it): of |x - m| for the subtract kinds, of |x| for the identity
+// and for x / l, which finish_amax divides after the lanes are combined.
+template <int kHeadDim, bool kGradient, typename Set, typename Source>
+__device__ __forceinline__ void accumulate_amax(Transform transform, const TensorJob& job,
+                                                int head, int chunk, const Set& set,
+                                                const Source& x, float (&amax)[Set::kCount]) {
+  if (kGradient && transform == Transform::kDivideByL) {
 #pragma unroll
-    for (int j = 0; j < N; ++j) {
-      l[j] = set.valid[j] ? __ldg(job.softmax_stats + (int64_t(head) * job.tokens + set.token[j]) * 2 + 1)
-                          : 1.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < N; ++j) {
+    for (int j = 0; j < Set::kCount; ++j) {
       float v[kChunkChannels];
       unpack_chunk(x(j), v);
-      amax[j] = __fdiv_rn(reduce_lanes(chunk_amax(v)), fabsf(l[j]));
+      amax[j] = fmaxf(amax[j], chunk_amax(v));
     }
   } else {
-    transform_tokens<kHeadDim>(transform, job, head, chunk, set, x,
-                               [&](int j, const float (&v)[kChunkChannels]) {
-                                 amax[j] = reduce_lanes(chunk_amax(v));
-                               });
+    transform_tokens<kHeadDim, kGradient>(transform, job, head, chunk, set, x,
+                                          [&](int j, const float (&v)[kChunkChannels]) {
+                                            amax[j] = fmaxf(amax[j], chunk_amax(v));
+                                          });
   }
+}
+
+// A token's amax from the combined lanes. For x / l: division by |l| is monotone and
+// |fl(x / l)| = fl(|x| / |l|), so fl(amax|x| / |l|) is exactly the amax of the quotients.
+template <bool kGradient, typename Set>
+__device__ __forceinline__ float finish_amax(Transform transform, const TensorJob& job, int head,
+                                             const Set& set, int j, float combined) {
+  if (kGradient && transform == Transform::kDivideByL) {
+    const float l = set.valid(j) ? load_l(job, head, set.token(j)) : 1.0f;
+    return __fdiv_rn(combined, fabsf(l));
+  }
+  return combined;
 }
 
 }  // namespace flamia::quantize

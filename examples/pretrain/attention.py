@@ -1,0 +1,167 @@
+"""Attention backends for the pretraining example, and a timer for the attention share of a step.
+
+Backends (all causal over packed documents, (tokens, heads, head_dim) BF16 inputs, GQA):
+- bf16: torch.nn.attention.varlen.varlen_attn (FlashAttention kernels shipped in PyTorch) with
+  window_size=(-1, 0); the fastest BF16 varlen attention available on the GPU machine without
+  extra packages. Falls back to `sdpa` when this torch has no varlen_attn.
+- sdpa: F.scaled_dot_product_attention per document (slow; for CPU smoke tests).
+- flamia_exact / flamia_block32: flamia.attn_varlen_func with that scale mode.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+BACKENDS = ("bf16", "sdpa", "flamia_exact", "flamia_block32")
+
+
+class AttentionTimer:
+    """Brackets each attention call's forward and backward with CUDA events (or wall-clock
+    reads on the CPU) and sums their durations per step. The backward bracket opens when the
+    gradient reaches the attention output and closes when q, k and v have theirs; on one
+    stream the kernels in between are the attention backward's."""
+
+    def __init__(self, device: torch.device, enabled: bool = True):
+        self.cuda = device.type == "cuda"
+        self.enabled = enabled
+        self.fwd, self.bwd = [], []  # (start, end) pairs of this step
+        self._open_bwd = []
+
+    def _mark(self):
+        if self.cuda:
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return event
+        return time.perf_counter()
+
+    @staticmethod
+    def _ms(start, end) -> float:
+        if isinstance(start, float):
+            return (end - start) * 1e3
+        return start.elapsed_time(end)
+
+    def reset(self):
+        self.fwd, self.bwd, self._open_bwd = [], [], []
+
+    def step_ms(self) -> tuple[float, float]:
+        """(forward, backward) attention milliseconds of the step; call after a synchronise."""
+        fwd = sum(self._ms(s, e) for s, e in self.fwd)
+        bwd = sum(self._ms(s, e) for s, e in self.bwd)
+        return fwd, bwd
+
+    def wrap(self, attend):
+        if not self.enabled:
+            return attend
+        timer = self
+
+        class _BackwardEnd(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v):
+                return q.view_as(q), k.view_as(k), v.view_as(v)
+
+            @staticmethod
+            def backward(ctx, dq, dk, dv):
+                if timer._open_bwd:
+                    timer.bwd.append((timer._open_bwd.pop(), timer._mark()))
+                return dq, dk, dv
+
+        class _BackwardStart(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, out):
+                return out.view_as(out)
+
+            @staticmethod
+            def backward(ctx, dout):
+                timer._open_bwd.append(timer._mark())
+                return dout
+
+        def timed(q, k, v, cu_seqlens, max_seqlen):
+            if torch.is_grad_enabled() and q.requires_grad:
+                q, k, v = _BackwardEnd.apply(q, k, v)
+            start = timer._mark()
+            out = attend(q, k, v, cu_seqlens, max_seqlen)
+            timer.fwd.append((start, timer._mark()))
+            if torch.is_grad_enabled() and out.requires_grad:
+                out = _BackwardStart.apply(out)
+            return out
+
+        return timed
+
+
+def _sdpa(q, k, v, cu_seqlens, max_seqlen, bounds):
+    outs = []
+    for start, end in bounds:
+        # (1, heads, tokens, head_dim) per document; GQA through enable_gqa.
+        qd, kd, vd = (t[start:end].transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+        od = F.scaled_dot_product_attention(qd, kd, vd, is_causal=True, enable_gqa=True)
+        outs.append(od.squeeze(0).transpose(0, 1))
+    return torch.cat(outs, dim=0)
+
+
+def make_backend(name: str, device: torch.device, precision: str = "fp8"):
+    """Returns (attend, description). `attend(q, k, v, cu_seqlens, max_seqlen)`; the sdpa
+    backend also needs the host copy of the document bounds, passed as attend.bounds."""
+    if name not in BACKENDS:
+        raise ValueError(f"unknown attention backend {name!r}; choose one of {BACKENDS}")
+    if name == "bf16":
+        try:
+            from torch.nn.attention.varlen import varlen_attn
+        except ImportError:
+            varlen_attn = None
+        if varlen_attn is not None and device.type == "cuda":
+            return _varlen_backend(varlen_attn, device)
+        name = "sdpa"
+    if name == "sdpa":
+        state = {"bounds": None}
+
+        def attend(q, k, v, cu_seqlens, max_seqlen):
+            return _sdpa(q, k, v, cu_seqlens, max_seqlen, state["bounds"])
+
+        attend.state = state
+        return attend, ("torch.nn.functional.scaled_dot_product_attention per document "
+                        "(is_causal=True, enable_gqa=True)")
+    import flamia
+
+    scale_mode = name.removeprefix("flamia_")
+
+    def attend(q, k, v, cu_seqlens, max_seqlen):
+        return flamia.attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                                       causal=True, scale_mode=scale_mode, precision=precision)
+
+    return attend, f"flamia.attn_varlen_func(causal=True, scale_mode={scale_mode!r}, " \
+                   f"precision={precision!r})"
+
+
+def _varlen_backend(varlen_attn, device):
+    """varlen_attn with native GQA when the kernel takes fewer KV heads, else KV repeated."""
+    state = {"repeat_kv": None}
+
+    def native(q, k, v, cu_seqlens, max_seqlen):
+        return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
+                           window_size=(-1, 0))
+
+    def attend(q, k, v, cu_seqlens, max_seqlen):
+        if state["repeat_kv"] is None:  # probe once, on the first real call
+            try:
+                out = native(q, k, v, cu_seqlens, max_seqlen)
+                state["repeat_kv"] = False
+                return out
+            except RuntimeError:
+                state["repeat_kv"] = True
+        if state["repeat_kv"] and k.shape[1] != q.shape[1]:
+            group = q.shape[1] // k.shape[1]
+            k = k.repeat_interleave(group, dim=1)
+            v = v.repeat_interleave(group, dim=1)
+        return native(q, k, v, cu_seqlens, max_seqlen)
+
+    def describe():
+        gqa = {None: "GQA not probed yet", False: "native GQA",
+               True: "KV heads repeated (no native GQA)"}[state["repeat_kv"]]
+        return ("torch.nn.attention.varlen.varlen_attn (PyTorch's FlashAttention varlen "
+                f"kernels), causal via window_size=(-1, 0), {gqa}")
+
+    attend.describe = describe
+    return attend, describe()

@@ -1,0 +1,242 @@
+// End to end through the public C API: flamia_forward, then flamia_backward (quantize pass +
+// backward kernel + dQ post-pass), against the CPU reference backward run on the GPU forward's
+// own O and {M, l} (what the backward is given in training), and against float64. Outputs are
+// written through padded strides and poisoned first.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "flamia/flamia.h"
+#include "gpu_test_utils.h"
+#include "reference/attention_ref.h"
+#include "test_backward_support.h"
+
+namespace flamia::test {
+namespace {
+
+constexpr double kMaxErrorVsReference = 1e-2;
+constexpr double kFloat64Factor = 1.1;
+constexpr double kFloat64Slack = 1e-3;
+constexpr int kDeterministicRuns = 10;
+
+int longest(const std::vector<int32_t>& cu) {
+  int n = 0;
+  for (size_t b = 0; b + 1 < cu.size(); ++b) n = std::max(n, int(cu[b + 1] - cu[b]));
+  return n;
+}
+
+flamia_tensor dense(const DeviceBuffer<uint16_t>& b, int heads, int dim) {
+  return {b.get(), int64_t(heads) * dim, dim};
+}
+flamia_tensor strided(const StridedOutput& out) {
+  const Bf16MutableView v = out.view();
+  return {v.data, v.token_stride, v.head_stride};
+}
+
+struct ApiRun {
+  ref::HostTensor o;
+  std::vector<float> stats;
+  std::vector<uint16_t> dq, dk, dv;
+};
+
+// One problem on the device, run through flamia_forward and flamia_backward.
+class ApiProblem {
+ public:
+  ApiProblem(const ref::Problem& p, const ref::Inputs& in)
+      : p_(p),
+        cu_q_(p.cu_seqlens_q),
+        cu_k_(p.cu_seqlens_k),
+        q_(in.q.bits),
+        k_(in.k.bits),
+        v_(in.v.bits),
+        d_o_(in.d_o.bits),
+        o_(in.q.bits.size()),
+        lse_(size_t(p.heads_q) * p.total_q()),
+        stats_(size_t(p.heads_q) * p.total_q() * 2),
+        dq_(p.total_q(), p.heads_q, p.head_dim),
+        dk_(p.total_k(), p.heads_kv, p.head_dim),
+        dv_(p.total_k(), p.heads_kv, p.head_dim) {
+    std::memset(&problem_, 0, sizeof(problem_));
+    problem_.cu_seqlens_q = cu_q_.get();
+    problem_.cu_seqlens_k = cu_k_.get();
+    problem_.host_cu_seqlens_q = p.cu_seqlens_q.data();
+    problem_.host_cu_seqlens_k = p.cu_seqlens_k.data();
+    problem_.batch = p.batch();
+    problem_.total_q = p.total_q();
+    problem_.total_k = p.total_k();
+    problem_.heads_q = p.heads_q;
+    problem_.heads_kv = p.heads_kv;
+    problem_.head_dim = p.head_dim;
+    problem_.max_seqlen_q = longest(p.cu_seqlens_q);
+    problem_.max_seqlen_k = longest(p.cu_seqlens_k);
+    problem_.softmax_scale = p.softmax_scale;
+    problem_.causal = p.causal ? 1 : 0;
+    problem_.scale_mode =
+        p.scale_mode == ScaleMode::kExact ? FLAMIA_SCALE_EXACT : FLAMIA_SCALE_BLOCK32;
+    problem_.key_smoothing =
+        p.key_smoothing == KeySmoothing::kFirstKey ? FLAMIA_SMOOTH_FIRST_KEY : FLAMIA_SMOOTH_NONE;
+  }
+
+  // The forward once (its O and stats feed every backward run).
+  void forward() {
+    flamia_forward_args a;
+    std::memset(&a, 0, sizeof(a));
+    a.problem = problem_;
+    a.q = dense(q_, p_.heads_q, p_.head_dim);
+    a.k = dense(k_, p_.heads_kv, p_.head_dim);
+    a.v = dense(v_, p_.heads_kv, p_.head_dim);
+    a.o = dense(o_, p_.heads_q, p_.head_dim);
+    a.lse = lse_.get();
+    a.softmax_stats = stats_.get();
+    size_t bytes = 0;
+    ASSERT_EQ(flamia_forward_workspace_size(&a, &bytes), FLAMIA_OK) << flamia_last_error_message();
+    DeviceBuffer<uint8_t> workspace(bytes);
+    a.workspace = workspace.get();
+    a.workspace_bytes = bytes;
+    ASSERT_EQ(flamia_forward(&a), FLAMIA_OK) << flamia_last_error_message();
+    ASSERT_EQ(flamia_check_device_status(a.workspace, nullptr), FLAMIA_OK);
+  }
+
+  void backward(flamia_precision precision, bool deterministic, ApiRun* run) {
+    flamia_backward_args a;
+    std::memset(&a, 0, sizeof(a));
+    a.problem = problem_;
+    a.q = dense(q_, p_.heads_q, p_.head_dim);
+    a.k = dense(k_, p_.heads_kv, p_.head_dim);
+    a.v = dense(v_, p_.heads_kv, p_.head_dim);
+    a.o = dense(o_, p_.heads_q, p_.head_dim);
+    a.d_o = dense(d_o_, p_.heads_q, p_.head_dim);
+    a.lse = lse_.get();
+    a.softmax_stats = stats_.get();
+    a.dq = strided(dq_);
+    a.dk = strided(dk_);
+    a.dv = strided(dv_);
+    a.precision = precision;
+    a.deterministic = deterministic ? 1 : 0;
+    size_t bytes = 0;
+    ASSERT_EQ(flamia_backward_workspace_size(&a, &bytes), FLAMIA_OK) << flamia_last_error_message();
+    DeviceBuffer<uint8_t> workspace(bytes);
+    workspace.poison();
+    a.workspace = workspace.get();
+    a.workspace_bytes = bytes;
+    dq_.poison();
+    dk_.poison();
+    dv_.poison();
+    ASSERT_EQ(flamia_backward(&a), FLAMIA_OK) << flamia_last_error_message();
+    ASSERT_EQ(flamia_check_device_status(a.workspace, nullptr), FLAMIA_OK);
+    run->o = ref::HostTensor(p_.total_q(), p_.heads_q, p_.head_dim);
+    run->o.bits = o_.download();
+    run->stats = stats_.download();
+    run->dq = dq_.bits();
+    run->dk = dk_.bits();
+    run->dv = dv_.bits();
+  }
+
+ private:
+  const ref::Problem& p_;
+  flamia_problem problem_;
+  DeviceBuffer<int32_t> cu_q_, cu_k_;
+  DeviceBuffer<uint16_t> q_, k_, v_, d_o_, o_;
+  DeviceBuffer<float> lse_, stats_;
+  StridedOutput dq_, dk_, dv_;
+};
+
+flamia_precision api_precision(BackwardPrecision p) {
+  return p == BackwardPrecision::kFp8 ? FLAMIA_PRECISION_FP8 : FLAMIA_PRECISION_FP8_BF16GRAD;
+}
+
+void expect_matches(const std::string& name, const char* what, const std::vector<float>& gpu,
+                    const std::vector<float>& expected, const std::vector<double>& exact) {
+  ASSERT_EQ(count_not_finite(gpu), 0u) << what << ": NaN/Inf or unwritten elements";
+  const double err_vs_ref = ref::rel_l2(gpu, expected);
+  const double err_gpu = ref::rel_l2(gpu, exact);
+  const double err_ref = ref::rel_l2(expected, exact);
+  EXPECT_LE(err_vs_ref, kMaxErrorVsReference) << what;
+  EXPECT_LE(err_gpu, kFloat64Factor * err_ref + kFloat64Slack) << what;
+  std::printf("[api backward %s] %s: rel_l2 vs ref %.3g, vs f64 %.3g (ref %.3g)\n", name.c_str(),
+              what, err_vs_ref, err_gpu, err_ref);
+}
+
+class BackwardApiTest : public ::testing::TestWithParam<BackwardCase> {};
+
+TEST_P(BackwardApiTest, MatchesReference) {
+  FLAMIA_REQUIRE_SM90();
+  const BackwardCase& c = GetParam();
+  const ref::Problem problem = make_case_problem(c);
+  const ref::Inputs inputs = make_case_inputs(c, problem);
+  ApiProblem device(problem, inputs);
+  ASSERT_NO_FATAL_FAILURE(device.forward());
+  ApiRun run;
+  ASSERT_NO_FATAL_FAILURE(device.backward(api_precision(c.precision), false, &run));
+
+  const ref::BackwardResult expected =
+      ref::backward(problem, inputs, run.o, run.stats, c.precision);
+  const ref::Float64Result exact = ref::float64_attention(problem, inputs, true);
+  expect_matches(c.name, "dQ", bits_to_float(run.dq), expected.dq, exact.dq);
+  expect_matches(c.name, "dK", bits_to_float(run.dk), expected.dk, exact.dk);
+  expect_matches(c.name, "dV", bits_to_float(run.dv), expected.dv, exact.dv);
+}
+
+TEST_P(BackwardApiTest, DeterministicIsBitwiseRepeatable) {
+  FLAMIA_REQUIRE_SM90();
+  const BackwardCase& c = GetParam();
+  const ref::Problem problem = make_case_problem(c);
+  const ref::Inputs inputs = make_case_inputs(c, problem);
+  ApiProblem device(problem, inputs);
+  ASSERT_NO_FATAL_FAILURE(device.forward());
+  ApiRun first;
+  ASSERT_NO_FATAL_FAILURE(device.backward(api_precision(c.precision), true, &first));
+  ASSERT_EQ(count_not_finite(bits_to_float(first.dq)), 0u);
+  ASSERT_EQ(count_not_finite(bits_to_float(first.dk)), 0u);
+  ASSERT_EQ(count_not_finite(bits_to_float(first.dv)), 0u);
+  for (int r = 1; r < kDeterministicRuns; ++r) {
+    ApiRun again;
+    ASSERT_NO_FATAL_FAILURE(device.backward(api_precision(c.precision), true, &again));
+    EXPECT_TRUE(again.dq == first.dq) << "dQ differs in run " << r;
+    EXPECT_TRUE(again.dk == first.dk) << "dK differs in run " << r;
+    EXPECT_TRUE(again.dv == first.dv) << "dV differs in run " << r;
+  }
+}
+
+std::vector<BackwardCase> api_cases() {
+  std::vector<BackwardCase> cases;
+  // The kernel test (test_backward_kernel.cpp) covers the shape matrix; here the quantize pass
+  // and the launch sequence are exercised on a smaller one.
+  for (int d : {64, 128})
+    for (bool causal : {true, false}) {
+      const std::string tag = "d" + std::to_string(d) + (causal ? "_causal" : "_full");
+      cases.push_back({tag + "_mha", {1, 17, 113, 0, 300, 1100}, {}, 2, 2, d, causal});
+      cases.push_back(
+          {tag + "_gqa4_block32", {130, 7, 700}, {}, 8, 2, d, causal, ScaleMode::kBlock32});
+    }
+  BackwardCase bf16{"d128_causal_bf16grad", {1, 17, 113, 0, 900}, {}, 4, 2, 128, true};
+  bf16.precision = BackwardPrecision::kFp8Bf16Grad;
+  cases.push_back(bf16);
+  BackwardCase bf16_64 = bf16;
+  bf16_64.name = "d64_full_bf16grad";
+  bf16_64.head_dim = 64;
+  bf16_64.causal = false;
+  cases.push_back(bf16_64);
+  BackwardCase bias{"d128_keybias_smoothed", {1000, 600}, {}, 2, 2, 128, true};
+  bias.key_bias = 6.0f;
+  bias.smoothing = KeySmoothing::kFirstKey;
+  cases.push_back(bias);
+  BackwardCase bias_plain = bias;
+  bias_plain.name = "d128_keybias";
+  bias_plain.smoothing = KeySmoothing::kNone;
+  cases.push_back(bias_plain);
+  BackwardCase sink{"d64_sink_gqa", {700, 129, 33}, {}, 4, 2, 64, true};
+  sink.sink = true;
+  cases.push_back(sink);
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, BackwardApiTest, ::testing::ValuesIn(api_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace flamia::test
