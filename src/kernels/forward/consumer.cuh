@@ -43,18 +43,7 @@ __device__ __forceinline__ void mma_output(float (&o)[kHeadDim / 2],
   hopper::warpgroup_commit();
 }
 
-// Ping-pong of the two consumers' MMA issue (see NamedBarrier).
-struct ConsumerTurns {
-  int consumer;
-  __device__ __forceinline__ void wait_turn() const {
-    hopper::named_barrier_sync(kConsumerTurn + consumer, kConsumerThreads);
-  }
-  __device__ __forceinline__ void pass_turn() const {
-    hopper::named_barrier_arrive(kConsumerTurn + (1 - consumer), kConsumerThreads);
-  }
-};
-
-template <int kHeadDim, bool kPingPong>
+template <int kHeadDim>
 __device__ __forceinline__ void run_consumer(const ForwardParams& p,
                                              SharedStorage<kHeadDim>& smem, int consumer) {
   using Tile = ForwardTile<kHeadDim>;
@@ -66,14 +55,6 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p,
   const int tile_row0 = consumer * kRowsPerConsumer;  // first row of this consumer in the tile
   const int thread_row0 = tile_row0 + 16 * warp + lane / 4;
 
-  const ConsumerTurns turns{consumer};
-  if (kPingPong && consumer == 1) turns.pass_turn();  // consumer 0 issues first
-  auto wait_turn = [&] {
-    if constexpr (kPingPong) turns.wait_turn();
-  };
-  auto pass_turn = [&] {
-    if constexpr (kPingPong) turns.pass_turn();
-  };
   const int items = work_item_count(p);
   int iteration = 0;
   int item_count = 0;
@@ -133,9 +114,7 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p,
         float s[kBlockN / 2];
         float ratio[kRowsPerThread];
         hopper::mbarrier_wait(&smem.k_full[stage_of(iteration)], phase_of(iteration));
-        wait_turn();
         mma_scores<kHeadDim, kBlockN>(s, desc_q, k_desc(stage_of(iteration)));
-        pass_turn();
         hopper::warpgroup_wait<0>();
         hopper::fence_registers(s);
         softmax(s, 0, stage_of(iteration), ratio);
@@ -152,10 +131,8 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p,
         float ratio[kRowsPerThread];
         hopper::mbarrier_wait(&smem.k_full[stage], phase_of(iteration));
         hopper::mbarrier_wait(&smem.v_full[previous_stage], phase_of(iteration - 1));
-        wait_turn();
         mma_scores<kHeadDim, kBlockN>(s, desc_q, k_desc(stage));
         mma_output<kHeadDim, kBlockN>(o, a, vt_desc(previous_stage));
-        pass_turn();
         hopper::warpgroup_wait<1>();  // scores of tile n ready; P̂V̂ of tile n-1 in flight
         hopper::fence_registers(s);
         softmax(s, n, stage, ratio);
@@ -167,9 +144,7 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p,
         previous_stage = stage;
       }
       hopper::mbarrier_wait(&smem.v_full[previous_stage], phase_of(iteration - 1));
-      wait_turn();
       mma_output<kHeadDim, kBlockN>(o, a, vt_desc(previous_stage));
-      pass_turn();
       hopper::warpgroup_wait<0>();
       hopper::fence_registers(o);
       hopper::mbarrier_arrive(&smem.v_empty[previous_stage]);
@@ -177,7 +152,6 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p,
     if (w.geo.n_tiles == 0) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);  // release the unused Q tile
     write_outputs<Tile::kOutRegisters>(p, w, o, state, row_local, lane);
   }
-  if (kPingPong && consumer == 0) turns.wait_turn();  // consume consumer 1's last hand-over
 }
 
 }  // namespace flamia::forward

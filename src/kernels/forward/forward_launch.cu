@@ -3,8 +3,6 @@
 #include "kernels/forward/forward_kernel.cuh"
 #include "kernels/hopper/tensor_map.h"
 
-#include <cstdlib>
-
 namespace flamia {
 namespace {
 
@@ -93,10 +91,7 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   if (err != cudaSuccess) return err;
 
   constexpr size_t kShared = forward::forward_shared_bytes<kHeadDim>();
-  // FLAMIA_FORWARD_PINGPONG=0 turns the consumers' MMA ping-pong off (for measurements).
-  const char* pingpong = std::getenv("FLAMIA_FORWARD_PINGPONG");
-  auto kernel = (pingpong && pingpong[0] == '0') ? forward::forward_kernel<kHeadDim, false>
-                                                 : forward::forward_kernel<kHeadDim, true>;
+  auto kernel = forward::forward_kernel<kHeadDim>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
   if (err != cudaSuccess) return err;
   const int64_t max_items = forward::max_work_items(s, kBlockM);

@@ -1,0 +1,248 @@
+#!/usr/bin/env python3
+"""flamia against the BF16 attention kernels users would otherwise pick, in one process.
+
+For every workload of bench/workloads.json (packed causal documents): forward and
+forward+backward time of flamia (FP8, quantization included: BF16 in, BF16 out) and of the BF16
+baselines available in this PyTorch -- FA2 varlen (torch.nn.attention.varlen.varlen_attn,
+causal = window_size (-1, 0)), FlexAttention with a document mask, and cuDNN SDPA where every
+document has the same length -- plus the FlashAttention-3 anchors of bench/anchors.json
+(measured on this H200 model; counted when faster than this run's best). Accuracy against the
+CPU reference of the contract comes from `flamia accuracy` on two query heads.
+
+    FLAMIA_LIBRARY=build/libflamia.so PYTHONPATH=python python3 bench/bench_attention.py \
+        --json OUT.json [--workloads equal-2k,uniform] [--no-accuracy]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+FWD_BWD_FLOP_FACTOR = 3.5  # workloads.json convention: fwd+bwd = 3.5 x forward FLOPs
+
+
+def forward_flops(doc_lens, heads_q, head_dim, causal=True):
+    return sum(4 * L * L * head_dim * heads_q * (0.5 if causal else 1.0) for L in doc_lens)
+
+
+def median_ms(fn, warmup=3, reps=15):
+    """Median time of fn() in ms, with CUDA events."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end))
+    times.sort()
+    return times[len(times) // 2]
+
+
+def make_inputs(w, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    total = sum(w["doc_lens"])
+    shape_q = (total, w["heads_q"], w["head_dim"])
+    shape_kv = (total, w["heads_kv"], w["head_dim"])
+    q = torch.randn(shape_q, device="cuda", dtype=torch.bfloat16, generator=g)
+    k = torch.randn(shape_kv, device="cuda", dtype=torch.bfloat16, generator=g)
+    v = torch.randn(shape_kv, device="cuda", dtype=torch.bfloat16, generator=g)
+    d_o = torch.randn(shape_q, device="cuda", dtype=torch.bfloat16, generator=g)
+    lens = torch.tensor(w["doc_lens"], dtype=torch.int32)
+    cu = torch.zeros(len(lens) + 1, dtype=torch.int32)
+    cu[1:] = torch.cumsum(lens, 0)
+    return q, k, v, d_o, cu.cuda(), max(w["doc_lens"])
+
+
+def time_pair(run):
+    """(fwd_ms, fwdbwd_ms) of run(requires_grad) -> (out, inputs)."""
+    fwd = median_ms(lambda: run(False)[0])
+
+    def step():
+        out, inputs, d_o = run(True)
+        out.backward(d_o)
+        for t in inputs:
+            t.grad = None
+
+    return fwd, median_ms(step)
+
+
+def with_grad(tensors, requires_grad):
+    return [t.detach().requires_grad_(requires_grad) for t in tensors]
+
+
+def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode):
+    import flamia
+
+    def run(grad):
+        qq, kk, vv = with_grad((q, k, v), grad)
+        out = flamia.attn_varlen_func(qq, kk, vv, cu, cu, max_len, max_len, causal=True,
+                                      scale_mode=scale_mode)
+        return out, (qq, kk, vv), d_o
+
+    return time_pair(run)
+
+
+def bench_fa2_varlen(q, k, v, d_o, cu, max_len):
+    from torch.nn.attention.varlen import varlen_attn
+    group = q.shape[1] // k.shape[1]
+    # varlen_attn takes equal head counts: GQA keys/values are expanded outside the timing
+    k_full = k.repeat_interleave(group, dim=1) if group > 1 else k
+    v_full = v.repeat_interleave(group, dim=1) if group > 1 else v
+
+    def run(grad):
+        qq, kk, vv = with_grad((q, k_full, v_full), grad)
+        out = varlen_attn(qq, kk, vv, cu, cu, max_len, max_len, window_size=(-1, 0))
+        return out, (qq, kk, vv), d_o
+
+    return time_pair(run)
+
+
+def bench_cudnn(q, k, v, d_o, doc_lens):
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    if len(set(doc_lens)) != 1:
+        return None
+    b, L = len(doc_lens), doc_lens[0]
+
+    def bhld(t):
+        return t.view(b, L, t.shape[1], t.shape[2]).transpose(1, 2)
+
+    gqa = q.shape[1] != k.shape[1]
+
+    def run(grad):
+        qq, kk, vv = with_grad((bhld(q), bhld(k), bhld(v)), grad)
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, enable_gqa=gqa)
+        return out, (qq, kk, vv), bhld(d_o)
+
+    return time_pair(run)
+
+
+_flex_compiled = None
+
+
+def bench_flex(q, k, v, d_o, cu):
+    global _flex_compiled
+    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    if _flex_compiled is None:
+        _flex_compiled = torch.compile(flex_attention, dynamic=False)
+    total = q.shape[0]
+    doc = torch.zeros(total, dtype=torch.int32, device="cuda")
+    doc[cu[1:-1].long()] = 1
+    doc = torch.cumsum(doc, 0)
+
+    def document_causal(b, h, q_idx, kv_idx):
+        return (doc[q_idx] == doc[kv_idx]) & (q_idx >= kv_idx)
+
+    mask = create_block_mask(document_causal, B=None, H=None, Q_LEN=total, KV_LEN=total)
+    gqa = q.shape[1] != k.shape[1]
+
+    def lhd(t):
+        return t.transpose(0, 1).unsqueeze(0)
+
+    def run(grad):
+        qq, kk, vv = with_grad((lhd(q), lhd(k), lhd(v)), grad)
+        out = _flex_compiled(qq, kk, vv, block_mask=mask, enable_gqa=gqa)
+        return out, (qq, kk, vv), lhd(d_o)
+
+    return time_pair(run)
+
+
+def accuracy(w, cli):
+    if not cli.exists():
+        return {"error": f"{cli} not built"}
+    group = w["heads_q"] // w["heads_kv"]
+    # at least two query heads, keeping the workload's GQA ratio
+    heads_q, heads_kv = (group, 1) if group > 1 else (2, 2)
+    args = [str(cli), "accuracy", "--docs", ",".join(map(str, w["doc_lens"])), "--heads-q",
+            str(heads_q), "--heads-kv", str(heads_kv), "--head-dim", str(w["head_dim"]), "--json"]
+    start = time.time()
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=400)
+    try:
+        result = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        return {"error": (proc.stderr or proc.stdout)[-500:], "returncode": proc.returncode}
+    result["seconds"] = round(time.time() - start, 1)
+    return result
+
+
+def run_baseline(name, fn, errors):
+    try:
+        return fn()
+    except Exception as e:  # a baseline that cannot run here is reported, not fatal
+        errors[name] = f"{type(e).__name__}: {e}"[:300]
+        return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--json", required=True)
+    ap.add_argument("--workloads", default="")
+    ap.add_argument("--no-accuracy", action="store_true")
+    ap.add_argument("--scale-mode", default="exact")
+    opts = ap.parse_args()
+    workloads = json.loads((ROOT / "bench/workloads.json").read_text())["workloads"]
+    anchors = json.loads((ROOT / "bench/anchors.json").read_text())["workloads"]
+    chosen = [n for n in workloads if not opts.workloads or n in opts.workloads.split(",")]
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "scale_mode": opts.scale_mode, "workloads": {}}
+    for name in chosen:
+        w = workloads[name]
+        q, k, v, d_o, cu, max_len = make_inputs(w)
+        flops = forward_flops(w["doc_lens"], w["heads_q"], w["head_dim"])
+        errors = {}
+        rec = {"doc_lens": w["doc_lens"], "heads_q": w["heads_q"], "heads_kv": w["heads_kv"],
+               "head_dim": w["head_dim"], "fwd_flops": flops}
+        f_fwd, f_fb = bench_flamia(q, k, v, d_o, cu, max_len, opts.scale_mode)
+        rec["flamia_fwd_ms"], rec["flamia_fwdbwd_ms"] = f_fwd, f_fb
+        baselines = {}
+        for bname, fn in (("fa2_varlen", lambda: bench_fa2_varlen(q, k, v, d_o, cu, max_len)),
+                          ("cudnn", lambda: bench_cudnn(q, k, v, d_o, w["doc_lens"])),
+                          ("flex", lambda: bench_flex(q, k, v, d_o, cu))):
+            r = run_baseline(bname, fn, errors)
+            if r is not None:
+                baselines[bname] = {"fwd_ms": r[0], "fwdbwd_ms": r[1]}
+        # anchors (FlashAttention-3 etc. measured on this H200 model), as ms of this workload
+        for key, label in (("fa3_bf16", "fa3_bf16_anchor"), ("cudnn_bf16", "cudnn_bf16_anchor")):
+            a = anchors.get(name, {})
+            if f"{key}_fwd_tflops" in a:
+                baselines[label] = {
+                    "fwd_ms": flops / a[f"{key}_fwd_tflops"] / 1e9,
+                    "fwdbwd_ms": FWD_BWD_FLOP_FACTOR * flops / a[f"{key}_fb_tflops"] / 1e9}
+        for phase in ("fwd", "fwdbwd"):
+            best = min(baselines, key=lambda b: baselines[b][f"{phase}_ms"])
+            rec[f"best_bf16_{phase}_ms"] = baselines[best][f"{phase}_ms"]
+            rec[f"best_bf16_{phase}_name"] = best
+            rec[f"speedup_{phase}"] = rec[f"best_bf16_{phase}_ms"] / rec[f"flamia_{phase}_ms"]
+        rec["flamia_fwd_tflops"] = flops / f_fwd / 1e9
+        rec["flamia_fwdbwd_tflops"] = FWD_BWD_FLOP_FACTOR * flops / f_fb / 1e9
+        rec["baselines"] = baselines
+        if errors:
+            rec["baseline_errors"] = errors
+        if not opts.no_accuracy:
+            rec.update({k2: v2 for k2, v2 in accuracy(w, ROOT / "build/flamia").items()})
+        results["workloads"][name] = rec
+        print(f"{name:17s} flamia fwd {f_fwd:7.3f} ms ({rec['flamia_fwd_tflops']:5.0f} TF/s) "
+              f"x{rec['speedup_fwd']:.2f} vs {rec['best_bf16_fwd_name']}; fwd+bwd {f_fb:7.3f} ms "
+              f"({rec['flamia_fwdbwd_tflops']:5.0f} TF/s) x{rec['speedup_fwdbwd']:.2f} vs "
+              f"{rec['best_bf16_fwdbwd_name']}; o_err {rec.get('o_rel_l2_vs_ref', float('nan')):.2g}",
+              flush=True)
+        del q, k, v, d_o
+        torch.cuda.empty_cache()
+    Path(opts.json).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,180 @@
+"""Summarises the pretraining runs of train.py: a PNG of the loss curves and a JSON of the final
+losses, spikes and timings, comparing each run with the BF16 baseline.
+
+    python3 examples/pretrain/summarize.py --runs-dir examples/pretrain/runs \
+        --out-json bench/results/pretrain.json --png bench/results/pretrain.png
+
+max_spike: after the warm-up, the largest ratio of a run's loss at a step to the baseline's
+smoothed loss at the same step (centred moving average); 1.0x-1.1x is sampling noise, a spike
+shows as a clearly larger value.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+
+HERE = pathlib.Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+DEFAULT_RUNS = ("bf16", "flamia_exact", "flamia_block32")
+SMOOTH_WINDOW = 51  # steps in the centred moving average of the baseline
+FINAL_FRACTION = 0.05  # final_train_loss: mean over the last 5% of steps
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    steps = np.array([int(r["step"]) for r in rows])
+    loss = np.array([float(r["loss"]) for r in rows])
+    held = [(int(r["step"]), float(r["heldout_loss"])) for r in rows if r["heldout_loss"]]
+    return steps, loss, held
+
+
+def smooth(values, window=SMOOTH_WINDOW):
+    """Centred moving average; the window shrinks at the ends."""
+    half = window // 2
+    csum = np.concatenate(([0.0], np.cumsum(values)))
+    idx = np.arange(len(values))
+    lo, hi = np.maximum(0, idx - half), np.minimum(len(values), idx + half + 1)
+    return (csum[hi] - csum[lo]) / (hi - lo)
+
+
+def rel(path):
+    try:
+        return str(pathlib.Path(path).resolve().relative_to(REPO))
+    except ValueError:
+        return str(path)
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], check=True,
+                              capture_output=True, text=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def summarize(runs_dir, names, baseline, out_json, png):
+    runs_dir = pathlib.Path(runs_dir)
+    loaded = {}
+    for name in names:
+        csv_path, json_path = runs_dir / f"{name}.csv", runs_dir / f"{name}.json"
+        if not csv_path.is_file():
+            print(f"skipping {name}: no {csv_path}")
+            continue
+        meta = json.loads(json_path.read_text()) if json_path.is_file() else {}
+        loaded[name] = (read_csv(csv_path), meta, csv_path)
+    if baseline not in loaded:
+        raise SystemExit(f"the baseline run {baseline!r} is missing in {runs_dir}")
+    (base_steps, base_loss, _), base_meta, _ = loaded[baseline]
+    base_smooth = smooth(base_loss)
+    warmup = int(base_meta.get("train", {}).get("spike_warmup", 100))
+
+    results = {}
+    for name, ((steps, loss, held), meta, csv_path) in loaded.items():
+        n = min(len(steps), len(base_steps))
+        after = slice(min(warmup, max(0, n - 1)), n)
+        ratio = loss[:n] / base_smooth[:n]
+        tail = loss[-max(1, int(round(len(loss) * FINAL_FRACTION))):]
+        spike_at = int(steps[after][np.argmax(ratio[after])]) if n else None
+        results[name] = {
+            "final_train_loss": float(np.mean(tail)),
+            "final_heldout_loss": held[-1][1] if held else None,
+            "heldout": [{"step": s, "loss": v} for s, v in held],
+            "max_spike": float(np.max(ratio[after])) if n else None,
+            "max_spike_step": spike_at,
+            "steps": int(len(steps)),
+            "step_ms": meta.get("step_ms"),
+            "attention_ms": meta.get("attention_ms"),
+            "attention_bench_ms": meta.get("attention_bench_ms"),
+            "attention_path": meta.get("attention_path"),
+            "stopped_early": meta.get("stopped_early"),
+            "csv": rel(csv_path),
+            "png": rel(png),
+        }
+    base_result = results[baseline]
+    for name, r in results.items():
+        if r["final_heldout_loss"] is not None and base_result["final_heldout_loss"]:
+            r["heldout_vs_baseline"] = r["final_heldout_loss"] / base_result["final_heldout_loss"]
+        r["train_vs_baseline"] = r["final_train_loss"] / base_result["final_train_loss"]
+
+    plot(loaded, baseline, base_smooth, png)
+    report = {
+        "commit": base_meta.get("commit") or git_commit(),
+        "dataset": base_meta.get("dataset"),
+        "params": base_meta.get("params"),
+        "model": base_meta.get("model"),
+        "tokens_per_step": base_meta.get("tokens_per_step"),
+        "steps": int(len(base_steps)),
+        "device": base_meta.get("device"),
+        "torch": base_meta.get("torch"),
+        "baseline": baseline,
+        "spike_definition": f"max over steps >= {warmup} of loss / baseline loss smoothed "
+                            f"({SMOOTH_WINDOW}-step centred moving average)",
+        "runs": results,
+    }
+    out_json = pathlib.Path(out_json)
+    out_json.parent.mkdir(parents=True, exist_ok=True)
+    out_json.write_text(json.dumps(report, indent=2) + "\n")
+    for name, r in results.items():
+        held = "-" if r["final_heldout_loss"] is None else f"{r['final_heldout_loss']:.4f}"
+        print(f"{name:16s} train {r['final_train_loss']:.4f} heldout {held} "
+              f"max_spike {r['max_spike']:.3f} step {r['step_ms']} ms "
+              f"attention {r['attention_ms']} ms")
+    print(f"wrote {out_json} and {png}")
+    return report
+
+
+def plot(loaded, baseline, base_smooth, png):
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_ratio) = plt.subplots(2, 1, figsize=(9, 8), sharex=True,
+                                            gridspec_kw={"height_ratios": [3, 1.4]})
+    for name, ((steps, loss, held), meta, _) in loaded.items():
+        line, = ax_loss.plot(steps, smooth(loss, 21), label=f"{name} (train, smoothed)",
+                             linewidth=1.2)
+        ax_loss.plot(steps, loss, color=line.get_color(), alpha=0.15, linewidth=0.6)
+        if held:
+            hs, hv = zip(*held)
+            ax_loss.plot(hs, hv, "o--", color=line.get_color(), markersize=3,
+                         linewidth=0.8, label=f"{name} (held-out)")
+        n = min(len(steps), len(base_smooth))
+        ax_ratio.plot(steps[:n], smooth(loss[:n], 21) / base_smooth[:n], label=name,
+                      color=line.get_color(), linewidth=1.0)
+    ax_loss.set_ylabel("cross-entropy (nats / byte)")
+    ax_loss.set_yscale("log")
+    ax_loss.legend(fontsize=8)
+    ax_loss.grid(alpha=0.3, which="both")
+    ax_ratio.axhline(1.0, color="black", linewidth=0.6)
+    ax_ratio.set_ylabel(f"loss / {baseline}")
+    ax_ratio.set_xlabel("step")
+    ax_ratio.grid(alpha=0.3)
+    ax_ratio.set_ylim(0.97, 1.05)
+    fig.suptitle("Pretraining loss: flamia FP8 attention vs BF16 attention")
+    fig.tight_layout()
+    png = pathlib.Path(png)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs-dir", default=str(HERE / "runs"))
+    parser.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS))
+    parser.add_argument("--baseline", default="bf16")
+    parser.add_argument("--out-json", default=str(REPO / "bench" / "results" / "pretrain.json"))
+    parser.add_argument("--png", default=str(REPO / "bench" / "results" / "pretrain.png"))
+    args = parser.parse_args(argv)
+    summarize(args.runs_dir, args.runs, args.baseline, args.out_json, args.png)
+
+
+if __name__ == "__main__":
+    main()

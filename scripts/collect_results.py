@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Turns the GPU check's logs into results.
+
+    collect_results.py tests OUT        OUT/ctest.log + OUT/pytest.log -> OUT/tests.json
+    collect_results.py merge OUT --commit SHA --command "..." [--results bench/results]
+        OUT/{tests,quantize,attention}.json + OUT/sass.txt -> RESULTS/h200.json and h200.md
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+
+
+def count_tests(out: Path) -> dict:
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    ctest = out / "ctest.log"
+    if ctest.exists():
+        text = ctest.read_text(errors="replace")
+        m = re.search(r"tests passed, (\d+) tests failed out of (\d+)", text)
+        if m:
+            failed, total = int(m.group(1)), int(m.group(2))
+            skipped = len(re.findall(r"\*\*\*Skipped|\(Skipped\)", text)) // 2 or len(
+                re.findall(r"\*\*\*Skipped", text))
+            counts["failed"] += failed
+            counts["skipped"] += skipped
+            counts["passed"] += total - failed - skipped
+    pytest = out / "pytest.log"
+    if pytest.exists():
+        tail = pytest.read_text(errors="replace").strip().splitlines()[-1:] or [""]
+        for number, word in re.findall(r"(\d+) (passed|failed|skipped|error)", tail[0]):
+            key = "failed" if word == "error" else word
+            counts[key] += int(number)
+    return counts
+
+
+def markdown(results: dict) -> str:
+    lines = [f"# flamia on {results.get('device', 'H200')}", "",
+             f"Commit `{results.get('commit', '?')}`; command: `{results.get('command', '')}`.", ""]
+    t = results.get("tests", {})
+    lines.append(f"Tests: {t.get('passed', 0)} passed, {t.get('failed', 0)} failed, "
+                 f"{t.get('skipped', 0)} skipped.")
+    qz = results.get("quantize")
+    if qz:
+        lines += ["", f"Quantize pass: {qz.get('bytes', 0) / 1e9:.2f} GB in {qz.get('ms', 0):.3f} ms = "
+                      f"{qz.get('tb_s', 0):.2f} TB/s, {100 * qz.get('bandwidth_fraction', 0):.0f}% of the "
+                      f"device-to-device copy rate ({qz.get('copy_tb_s', 0):.2f} TB/s) in the same run."]
+    work = results.get("workloads", {})
+    if work:
+        lines += ["", "Times in ms (TFLOP/s with workloads.json's causal convention); speedup = best "
+                      "BF16 (own run or FlashAttention-3 anchor) / flamia. flamia includes quantization.",
+                  "", "| workload | flamia fwd | best BF16 fwd | x | flamia fwd+bwd | best BF16 fwd+bwd | x | "
+                      "O err vs ref | dQ/dK/dV err vs ref |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for name, r in work.items():
+            def fmt(key):
+                v = r.get(key)
+                return f"{v:.2g}" if isinstance(v, (int, float)) else "-"
+            lines.append(
+                f"| {name} | {r['flamia_fwd_ms']:.3f} ({r['flamia_fwd_tflops']:.0f}) | "
+                f"{r['best_bf16_fwd_ms']:.3f} {r['best_bf16_fwd_name']} | {r['speedup_fwd']:.2f} | "
+                f"{r['flamia_fwdbwd_ms']:.3f} ({r['flamia_fwdbwd_tflops']:.0f}) | "
+                f"{r['best_bf16_fwdbwd_ms']:.3f} {r['best_bf16_fwdbwd_name']} | "
+                f"{r['speedup_fwdbwd']:.2f} | {fmt('o_rel_l2_vs_ref')} | "
+                f"{fmt('dq_rel_l2_vs_ref')}/{fmt('dk_rel_l2_vs_ref')}/{fmt('dv_rel_l2_vs_ref')} |")
+        lines += ["", "Baselines measured in the same process:", ""]
+        for name, r in work.items():
+            parts = [f"{b} {v['fwd_ms']:.3f}/{v['fwdbwd_ms']:.3f}" for b, v in r["baselines"].items()]
+            lines.append(f"- {name}: " + "; ".join(parts) + " (fwd/fwd+bwd ms)")
+    return "\n".join(lines) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["tests", "merge"])
+    ap.add_argument("out")
+    ap.add_argument("--commit", default="")
+    ap.add_argument("--command", default="")
+    ap.add_argument("--results", default="bench/results")
+    a = ap.parse_args()
+    out = Path(a.out)
+    if a.what == "tests":
+        counts = count_tests(out)
+        (out / "tests.json").write_text(json.dumps(counts))
+        print("tests:", counts)
+        return
+    results = {"commit": a.commit, "command": a.command}
+    for part in ("tests", "quantize", "attention"):
+        f = out / f"{part}.json"
+        if f.exists():
+            data = json.loads(f.read_text())
+            if part == "attention":
+                results["device"] = data.get("device")
+                results["torch"] = data.get("torch")
+                results["workloads"] = data.get("workloads", {})
+            else:
+                results[part] = data
+    sass = out / "sass.txt"
+    if sass.exists():
+        results["sass"] = sass.read_text().strip().splitlines()[:40]
+    dest = Path(a.results)
+    dest.mkdir(parents=True, exist_ok=True)
+    (dest / "h200.json").write_text(json.dumps(results, indent=1))
+    (dest / "h200.md").write_text(markdown(results))
+    print(f"wrote {dest / 'h200.json'} and {dest / 'h200.md'}")
+
+
+if __name__ == "__main__":
+    main()
