@@ -6,7 +6,7 @@ shapes below is the only place to add one. Run: python3 scripts/gen_wgmma.py
 """
 import pathlib
 
-FP8_N = (32, 64, 128, 192, 256)
+FP8_N = (32, 64, 128, 160, 192, 256)
 BF16_N = (32, 64, 128)
 OUT = pathlib.Path(__file__).resolve().parent.parent / "src/kernels/hopper/wgmma_ops.cuh"
 

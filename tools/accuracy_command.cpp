@@ -2,12 +2,14 @@
 // by gpu_runner's path), measured against the CPU reference of the contract and against float64.
 // A measurement, not a verdict: the caller (bench/bench_attention.py) applies the tolerances of
 // docs/numerics.md §7. Exit codes: 0 measured, 1 a failed GPU run or bad options, 2 no sm_90 GPU.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "cli.h"
@@ -125,10 +127,10 @@ std::string json_number(const char* name, double value) {
 }
 
 struct Measurement {
-  double o_ref, dq_ref, dk_ref, dv_ref;          // GPU vs the contract's reference
-  double o_f64, dq_f64, dk_f64, dv_f64;          // GPU vs float64
+  double o_ref, dq_ref, dk_ref, dv_ref;                  // GPU vs the contract's reference
+  double o_f64, dq_f64, dk_f64, dv_f64;                  // GPU vs float64
   double ref_o_f64, ref_dq_f64, ref_dk_f64, ref_dv_f64;  // the reference vs float64
-  double lse_ref;                                // max |LSE_gpu - LSE_ref|
+  double lse_ref;                                        // max |LSE_gpu - LSE_ref|
   bool nan_or_inf;
   double seconds_reference;
 };
@@ -136,11 +138,11 @@ struct Measurement {
 std::string to_json(const Measurement& m) {
   std::string out = "{";
   const std::pair<const char*, double> members[] = {
-      {"o_rel_l2_vs_ref", m.o_ref},        {"dq_rel_l2_vs_ref", m.dq_ref},
-      {"dk_rel_l2_vs_ref", m.dk_ref},      {"dv_rel_l2_vs_ref", m.dv_ref},
-      {"o_rel_l2_vs_f64", m.o_f64},        {"dq_rel_l2_vs_f64", m.dq_f64},
-      {"dk_rel_l2_vs_f64", m.dk_f64},      {"dv_rel_l2_vs_f64", m.dv_f64},
-      {"ref_o_rel_l2_vs_f64", m.ref_o_f64}, {"ref_dq_rel_l2_vs_f64", m.ref_dq_f64},
+      {"o_rel_l2_vs_ref", m.o_ref},           {"dq_rel_l2_vs_ref", m.dq_ref},
+      {"dk_rel_l2_vs_ref", m.dk_ref},         {"dv_rel_l2_vs_ref", m.dv_ref},
+      {"o_rel_l2_vs_f64", m.o_f64},           {"dq_rel_l2_vs_f64", m.dq_f64},
+      {"dk_rel_l2_vs_f64", m.dk_f64},         {"dv_rel_l2_vs_f64", m.dv_f64},
+      {"ref_o_rel_l2_vs_f64", m.ref_o_f64},   {"ref_dq_rel_l2_vs_f64", m.ref_dq_f64},
       {"ref_dk_rel_l2_vs_f64", m.ref_dk_f64}, {"ref_dv_rel_l2_vs_f64", m.ref_dv_f64},
       {"lse_max_abs_vs_ref", m.lse_ref}};
   for (const auto& [name, value] : members) out += json_number(name, value) + ", ";

@@ -16,6 +16,10 @@ void print_usage() {
       "       [--full] [--smoothing none|first_key] [--seed N] [--repeats N]\n"
       "      forward + backward on a packed workload: accuracy against float64, the causality\n"
       "      audit, and the GPU path (timings, accuracy) when an sm_90 GPU is present\n"
+      "  accuracy --docs 3549,4377,725 [--heads-q 2] [--heads-kv 2] [--head-dim 128] [--full]\n"
+      "       [--scale-mode exact|block32] [--precision fp8|fp8-bf16grad] [--seed N] [--json]\n"
+      "      GPU forward + backward (C API) against the CPU reference and float64: relative L2\n"
+      "      errors of O, dQ, dK, dV, LSE max abs; exits 2 without an sm_90 GPU\n"
       "  audit [--json]\n"
       "      causality audit of the CPU reference in the modes exact, block32 and unsafe\n");
 }
@@ -32,6 +36,7 @@ int main(int argc, char** argv) {
   try {
     if (command == "demo") return flamia::cli::run_demo(args);
     if (command == "audit") return flamia::cli::run_audit(args);
+    if (command == "accuracy") return flamia::cli::run_accuracy(args);
     if (command == "help" || command == "--help" || command == "-h") {
       print_usage();
       return 0;

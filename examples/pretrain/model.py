@@ -49,13 +49,13 @@ def rope_tables(cfg: ModelConfig, device) -> tuple[torch.Tensor, torch.Tensor]:
     return angles.cos().to(device), angles.sin().to(device)
 
 
-def apply_rope(x, cos, sin):
+def apply_rope(x, cos, sin, dtype):
     """x (tokens, heads, head_dim); cos, sin (tokens, head_dim / 2). Rotates channel pairs
-    (i, i + head_dim / 2) in FP32; returns BF16."""
+    (i, i + head_dim / 2) in FP32; returns `dtype`."""
     x32 = x.float()
     x1, x2 = x32.chunk(2, dim=-1)
     cos, sin = cos.unsqueeze(1), sin.unsqueeze(1)
-    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(torch.bfloat16)
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(dtype)
 
 
 class Attention(nn.Module):
@@ -72,10 +72,12 @@ class Attention(nn.Module):
         tokens = x.shape[0]
         q_dim = cfg.n_heads * cfg.head_dim
         kv_dim = cfg.n_kv_heads * cfg.head_dim
+        # Attention takes BF16 on the GPU; CPU smoke tests run in FP32 (BF16 is slow there).
+        dtype = torch.bfloat16 if x.is_cuda else torch.float32
         q, k, v = self.wqkv(x).split((q_dim, kv_dim, kv_dim), dim=-1)
-        q = apply_rope(q.view(tokens, cfg.n_heads, cfg.head_dim), cos, sin)
-        k = apply_rope(k.view(tokens, cfg.n_kv_heads, cfg.head_dim), cos, sin)
-        v = v.reshape(tokens, cfg.n_kv_heads, cfg.head_dim).to(torch.bfloat16)
+        q = apply_rope(q.view(tokens, cfg.n_heads, cfg.head_dim), cos, sin, dtype)
+        k = apply_rope(k.view(tokens, cfg.n_kv_heads, cfg.head_dim), cos, sin, dtype)
+        v = v.reshape(tokens, cfg.n_kv_heads, cfg.head_dim).to(dtype)
         out = attend(q, k, v, cu_seqlens, max_seqlen)
         return self.wo(out.reshape(tokens, q_dim))
 

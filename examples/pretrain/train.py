@@ -112,7 +112,8 @@ def loss_of(model, batch, device, attend, attend_state):
     if attend_state is not None:  # the sdpa backend loops over documents on the host
         cu = cu_seqlens.tolist()
         attend_state["bounds"] = list(zip(cu[:-1], cu[1:]))
-    with torch.autocast(device.type, dtype=torch.bfloat16):
+    # BF16 autocast on the GPU; FP32 on the CPU, where BF16 matrix products are slow.
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
         logits = model(tokens, positions, cu_seqlens, max_seqlen, attend)
     return F.cross_entropy(logits.float(), targets, ignore_index=data.IGNORE)
 
@@ -142,9 +143,11 @@ def bench_attention(attend, attend_state, batch, cfg: ModelConfig, device, repea
         attend_state["bounds"] = list(zip(cu[:-1], cu[1:]))
     gen = torch.Generator(device=device).manual_seed(0)
 
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+
     def randn(heads):
         return torch.randn(tokens, heads, cfg.head_dim, device=device, generator=gen,
-                           dtype=torch.bfloat16).requires_grad_()
+                           dtype=dtype).requires_grad_()
 
     q, k, v = randn(cfg.n_heads), randn(cfg.n_kv_heads), randn(cfg.n_kv_heads)
     dout = torch.randn_like(q)

@@ -29,6 +29,24 @@ inline bool has_sm90() {
     if (!::flamia::test::has_sm90()) GTEST_SKIP() << "no sm_90 GPU: GPU test skipped"; \
   } while (0)
 
+// The same as a function, for fixtures: called from SetUp(), a skip there stops the test body
+// (from a TEST body use FLAMIA_REQUIRE_SM90(), which also returns).
+inline void require_sm90() {
+  if (!has_sm90()) GTEST_SKIP() << "no sm_90 GPU: GPU test skipped";
+}
+
+// Base fixture of GPU test suites: every test skips without an sm_90 GPU.
+class Sm90Test : public ::testing::Test {
+ protected:
+  void SetUp() override { require_sm90(); }
+};
+
+// Fills `bytes` bytes at a device pointer with `byte` (0xFF: BF16/FP32 NaN, E4M3 NaN, exponent
+// -1), so that every element a kernel should write but does not is visible.
+inline cudaError_t poison_device(void* ptr, size_t bytes, uint8_t byte = 0xFF) {
+  return cudaMemset(ptr, byte, bytes);
+}
+
 #define FLAMIA_CUDA_OK(expr) ASSERT_EQ((expr), cudaSuccess) << cudaGetErrorString(expr)
 
 // A device allocation of `count` elements of T (at least one byte so pointers are valid).
@@ -37,7 +55,7 @@ class DeviceBuffer {
  public:
   DeviceBuffer() = default;
   explicit DeviceBuffer(size_t count) : count_(count) {
-    if (cudaMalloc(&ptr_, count * sizeof(T) + 16) != cudaSuccess) ptr_ = nullptr;
+    if (cudaMalloc(&ptr_, count * sizeof(T) + kGuardBytes) != cudaSuccess) ptr_ = nullptr;
   }
   explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size()) { upload(host); }
   ~DeviceBuffer() {
@@ -62,9 +80,21 @@ class DeviceBuffer {
     return host;
   }
   // Fills every byte with `byte` (0xFF makes BF16/FP32 NaN): outputs must overwrite it.
-  void poison(uint8_t byte = 0xFF) { cudaMemset(ptr_, byte, count_ * sizeof(T) + 16); }
+  void poison(uint8_t byte = 0xFF) { cudaMemset(ptr_, byte, count_ * sizeof(T) + kGuardBytes); }
+  // After poison(byte) and a kernel: whether the guard bytes past the end still hold `byte`
+  // (a write past the end of the buffer changes them).
+  bool guard_intact(uint8_t byte = 0xFF) const {
+    uint8_t guard[kGuardBytes];
+    if (cudaMemcpy(guard, static_cast<const uint8_t*>(ptr_) + count_ * sizeof(T), kGuardBytes,
+                   cudaMemcpyDeviceToHost) != cudaSuccess)
+      return false;
+    for (uint8_t b : guard)
+      if (b != byte) return false;
+    return true;
+  }
 
  private:
+  static constexpr size_t kGuardBytes = 16;  // past the end: valid pointers, overrun checks
   void* ptr_ = nullptr;
   size_t count_ = 0;
 };

@@ -47,18 +47,29 @@ __device__ __forceinline__ void load_key_tiles(BackwardStorage<kHeadDim, kBf16Gr
   const TokenRange keys{item.span.k_start, item.span.k_end};
   const int64_t pitch = int64_t(p.heads_kv) * kHeadDim;
   const int g = item.kv_head;
-  load_fp8_rows<kBlockN, kHeadDim>(smem.k, p.k + int64_t(g) * kHeadDim, pitch, item.key0, keys);
+  Fp8RowsCopy<kBlockN, kHeadDim> k;
+  k.fetch(p.k + int64_t(g) * kHeadDim, pitch, item.key0, keys);
   if constexpr (kBf16Grad) {
-    load_bf16_rows<kBlockN, kHeadDim>(smem.v16, p.v16, g, item.key0, keys);
-    load_bf16_transposed<kBlockN, kHeadDim>(smem.k16_t, p.k16, g, item.key0, keys);
+    Bf16RowsCopy<kBlockN, kHeadDim> v;
+    Bf16TransposedCopy<kBlockN, kHeadDim> k_t;
+    v.fetch(p.v16, g, item.key0, keys);
+    k_t.fetch(p.k16, g, item.key0, keys);
+    k.store(smem.k);
+    v.store(smem.v16);
+    k_t.store(smem.k16_t);
   } else {
-    load_fp8_rows<kBlockN, kHeadDim>(smem.v, p.v + int64_t(g) * kHeadDim, pitch, item.key0, keys);
-    load_fp8_token_major<kHeadDim, kBlockN, /*permuted=*/false>(
-        smem.k_centered_t, p.k_centered_t + int64_t(g) * kHeadDim * p.padded_k, p.padded_k,
-        item.key0, keys);
+    Fp8RowsCopy<kBlockN, kHeadDim> v;
+    Fp8TokenMajorCopy<kHeadDim, kBlockN, /*permuted=*/false> k_centered_t;
+    v.fetch(p.v + int64_t(g) * kHeadDim, pitch, item.key0, keys);
+    k_centered_t.fetch(p.k_centered_t + int64_t(g) * kHeadDim * p.padded_k, p.padded_k, item.key0,
+                       keys);
+    k.store(smem.k);
+    v.store(smem.v);
+    k_centered_t.store(smem.k_centered_t);
   }
 }
 
+// All of the step's global loads are issued before the first shared-memory store.
 template <int kHeadDim, bool kBf16Grad>
 __device__ __forceinline__ void load_query_tiles(BackwardStorage<kHeadDim, kBf16Grad>& smem,
                                                  const BackwardParams& p, const KeyTileItem& item,
@@ -66,19 +77,31 @@ __device__ __forceinline__ void load_query_tiles(BackwardStorage<kHeadDim, kBf16
   const TokenRange queries{item.span.q_start, item.span.q_end};
   const int64_t pitch = int64_t(p.heads_q) * kHeadDim;
   const int64_t token_major_head = int64_t(head) * kHeadDim * p.padded_q;
-  load_fp8_rows<kBlockM, kHeadDim>(smem.q, p.q + int64_t(head) * kHeadDim, pitch, q0, queries);
-  load_fp8_token_major<kHeadDim, kBlockM, /*permuted=*/true>(
-      smem.d_o_scaled_t, p.d_o_scaled_t + token_major_head, p.padded_q, q0, queries);
+  Fp8RowsCopy<kBlockM, kHeadDim> q;
+  Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true> d_o_scaled_t;
+  q.fetch(p.q + int64_t(head) * kHeadDim, pitch, q0, queries);
+  d_o_scaled_t.fetch(p.d_o_scaled_t + token_major_head, p.padded_q, q0, queries);
   if constexpr (kBf16Grad) {
-    load_bf16_rows<kBlockM, kHeadDim>(smem.d_o16, p.d_o16, head, q0, queries);
-    load_bf16_transposed<kBlockM, kHeadDim>(smem.q16_t, p.q16, head, q0, queries);
+    Bf16RowsCopy<kBlockM, kHeadDim> d_o;
+    Bf16TransposedCopy<kBlockM, kHeadDim> q_t;
+    d_o.fetch(p.d_o16, head, q0, queries);
+    q_t.fetch(p.q16, head, q0, queries);
+    load_query_factors(smem.query, p, item, head, q0);
+    q.store(smem.q);
+    d_o_scaled_t.store(smem.d_o_scaled_t);
+    d_o.store(smem.d_o16);
+    q_t.store(smem.q16_t);
   } else {
-    load_fp8_rows<kBlockM, kHeadDim>(smem.d_o, p.d_o + int64_t(head) * kHeadDim, pitch, q0,
-                                     queries);
-    load_fp8_token_major<kHeadDim, kBlockM, /*permuted=*/true>(smem.q_t, p.q_t + token_major_head,
-                                                               p.padded_q, q0, queries);
+    Fp8RowsCopy<kBlockM, kHeadDim> d_o;
+    Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true> q_t;
+    d_o.fetch(p.d_o + int64_t(head) * kHeadDim, pitch, q0, queries);
+    q_t.fetch(p.q_t + token_major_head, p.padded_q, q0, queries);
+    load_query_factors(smem.query, p, item, head, q0);
+    q.store(smem.q);
+    d_o_scaled_t.store(smem.d_o_scaled_t);
+    d_o.store(smem.d_o);
+    q_t.store(smem.q_t);
   }
-  load_query_factors(smem.query, p, item, head, q0);
 }
 
 // ---- products ---------------------------------------------------------------------------------

@@ -26,22 +26,55 @@ __device__ __forceinline__ uint4 zero_vector() {
   return make_uint4(0u, 0u, 0u, 0u);
 }
 
+// A read-only global load (the operands never change during the kernel): the compiler may
+// batch a thread's loads ahead of its shared-memory stores.
+__device__ __forceinline__ uint4 load_vector(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+
+// Each tile copy is split into fetch (a thread's global loads, all in flight at once, into
+// registers) and store (into the swizzled shared-memory tile), so that a caller can fetch several
+// tiles before storing any of them: one memory latency per step instead of one per vector.
+// Vector v of a tile belongs to thread v % kThreads, slot v / kThreads.
+template <int kVectors>
+struct TileFetch {
+  static_assert(kVectors % kThreads == 0, "every thread moves the same number of vectors");
+  static constexpr int kPerThread = kVectors / kThreads;
+  uint4 x[kPerThread];
+  __device__ __forceinline__ static int vector(int slot) {
+    return int(threadIdx.x) + slot * kThreads;
+  }
+};
+
 // Row-major FP8 rows (token `first + row`, kRowBytes = D bytes each, `token_pitch` bytes apart)
 // into a tile of kRows rows swizzled for rows of kRowBytes.
 template <int kRows, int kRowBytes>
-__device__ __forceinline__ void load_fp8_rows(uint8_t* tile, const uint8_t* head_base,
-                                              int64_t token_pitch, int first, TokenRange valid) {
-  constexpr int kVectorsPerRow = kRowBytes / kBytesPerVector;
-  for (int v = threadIdx.x; v < kRows * kVectorsPerRow; v += kThreads) {
-    const int row = v / kVectorsPerRow;
-    const int byte = (v % kVectorsPerRow) * kBytesPerVector;
-    const int token = first + row;
-    uint4 x = zero_vector();
-    if (valid.contains(token))
-      x = *reinterpret_cast<const uint4*>(head_base + int64_t(token) * token_pitch + byte);
-    *reinterpret_cast<uint4*>(tile + hopper::swizzled_offset<kRowBytes>(row, byte)) = x;
+struct Fp8RowsCopy : TileFetch<kRows * kRowBytes / kBytesPerVector> {
+  static constexpr int kVectorsPerRow = kRowBytes / kBytesPerVector;
+  using Base = TileFetch<kRows * kRowBytes / kBytesPerVector>;
+
+  __device__ __forceinline__ void fetch(const uint8_t* head_base, int64_t token_pitch, int first,
+                                        TokenRange valid) {
+#pragma unroll
+    for (int k = 0; k < Base::kPerThread; ++k) {
+      const int v = Base::vector(k);
+      const int token = first + v / kVectorsPerRow;
+      const int byte = (v % kVectorsPerRow) * kBytesPerVector;
+      this->x[k] = valid.contains(token)
+                       ? load_vector(head_base + int64_t(token) * token_pitch + byte)
+                       : zero_vector();
+    }
   }
-}
+  __device__ __forceinline__ void store(uint8_t* tile) const {
+#pragma unroll
+    for (int k = 0; k < Base::kPerThread; ++k) {
+      const int v = Base::vector(k);
+      const uint32_t at = hopper::swizzled_offset<kRowBytes>(
+          v / kVectorsPerRow, (v % kVectorsPerRow) * kBytesPerVector);
+      *reinterpret_cast<uint4*>(tile + at) = this->x[k];
+    }
+  }
+};
 
 // Zeroes the bytes of one 16-token group whose token lies outside `valid`. Slot s of the group
 // holds token group_first + permuted_token(s) (permuted copies) or group_first + s.
@@ -58,27 +91,48 @@ __device__ __forceinline__ uint4 mask_token_group(uint4 x, int group_first, Toke
 
 // Token-major FP8 copy [d][padded tokens] (head base given) -> tile [kRows = D][kTokens]
 // swizzled for rows of kTokens bytes. `first` is a multiple of 16, so the tile keeps the copy's
-// (possibly permuted) token order group by group.
+// (possibly permuted) token order group by group; groups that straddle the document's ends are
+// masked byte by byte.
 template <int kRows, int kTokens, bool kPermuted>
-__device__ __forceinline__ void load_fp8_token_major(uint8_t* tile, const uint8_t* head_base,
-                                                     int64_t padded_tokens, int first,
-                                                     TokenRange valid) {
-  constexpr int kGroupsPerRow = kTokens / kPermutationGroup;
+struct Fp8TokenMajorCopy : TileFetch<kRows * kTokens / kBytesPerVector> {
+  static constexpr int kGroupsPerRow = kTokens / kPermutationGroup;
   static_assert(kPermutationGroup == kBytesPerVector, "one vector per 16-token group");
-  for (int v = threadIdx.x; v < kRows * kGroupsPerRow; v += kThreads) {
-    const int d = v / kGroupsPerRow;
-    const int group = v % kGroupsPerRow;
-    const int group_first = first + group * kPermutationGroup;
-    uint4 x = zero_vector();
-    if (group_first < valid.hi && group_first + kPermutationGroup > valid.lo) {
-      x = *reinterpret_cast<const uint4*>(head_base + int64_t(d) * padded_tokens + group_first);
-      if (group_first < valid.lo || group_first + kPermutationGroup > valid.hi)
-        x = mask_token_group<kPermuted>(x, group_first, valid);
+  using Base = TileFetch<kRows * kTokens / kBytesPerVector>;
+
+  __device__ __forceinline__ void fetch(const uint8_t* head_base, int64_t padded_tokens, int first,
+                                        TokenRange valid) {
+    first_ = first;
+    valid_ = valid;
+#pragma unroll
+    for (int k = 0; k < Base::kPerThread; ++k) {
+      const int v = Base::vector(k);
+      const int group_first = first + (v % kGroupsPerRow) * kPermutationGroup;
+      const bool any = group_first < valid.hi && group_first + kPermutationGroup > valid.lo;
+      this->x[k] =
+          any ? load_vector(head_base + int64_t(v / kGroupsPerRow) * padded_tokens + group_first)
+              : zero_vector();
     }
-    *reinterpret_cast<uint4*>(tile + hopper::swizzled_offset<kTokens>(d, group * kBytesPerVector)) =
-        x;
   }
-}
+  // The byte masks are applied here, after every fetch of the step has been issued.
+  __device__ __forceinline__ void store(uint8_t* tile) const {
+#pragma unroll
+    for (int k = 0; k < Base::kPerThread; ++k) {
+      const int v = Base::vector(k);
+      const int group = v % kGroupsPerRow;
+      const int group_first = first_ + group * kPermutationGroup;
+      uint4 x = this->x[k];
+      if (group_first < valid_.lo || group_first + kPermutationGroup > valid_.hi)
+        x = mask_token_group<kPermuted>(x, group_first, valid_);
+      const uint32_t at =
+          hopper::swizzled_offset<kTokens>(v / kGroupsPerRow, group * kBytesPerVector);
+      *reinterpret_cast<uint4*>(tile + at) = x;
+    }
+  }
+
+ private:
+  int first_;
+  TokenRange valid_;
+};
 
 // Byte offset of element (row, e) of a BF16 K-major tile of kRows rows stored as panels of 64
 // elements (128-byte swizzled rows).
@@ -93,44 +147,68 @@ __device__ __forceinline__ const uint8_t* bf16_row(const Bf16View& view, int tok
          2 * (int64_t(token) * view.token_stride + int64_t(head) * view.head_stride);
 }
 
+constexpr int kBf16PerVector = kBytesPerVector / 2;
+
 // BF16 rows (token first + row, D elements) -> K-major tile [kRows][kD] in panels.
 template <int kRows, int kD>
-__device__ __forceinline__ void load_bf16_rows(uint8_t* tile, const Bf16View& view, int head,
-                                               int first, TokenRange valid) {
-  constexpr int kElementsPerVector = kBytesPerVector / 2;
-  constexpr int kVectorsPerRow = kD / kElementsPerVector;
-  for (int v = threadIdx.x; v < kRows * kVectorsPerRow; v += kThreads) {
-    const int row = v / kVectorsPerRow;
-    const int e = (v % kVectorsPerRow) * kElementsPerVector;
-    const int token = first + row;
-    uint4 x = zero_vector();
-    if (valid.contains(token))
-      x = *reinterpret_cast<const uint4*>(bf16_row(view, token, head) + 2 * e);
-    *reinterpret_cast<uint4*>(tile + bf16_panel_offset<kRows>(row, e)) = x;
+struct Bf16RowsCopy : TileFetch<kRows * kD / kBf16PerVector> {
+  static constexpr int kVectorsPerRow = kD / kBf16PerVector;
+  using Base = TileFetch<kRows * kD / kBf16PerVector>;
+
+  __device__ __forceinline__ void fetch(const Bf16View& view, int head, int first,
+                                        TokenRange valid) {
+#pragma unroll
+    for (int k = 0; k < Base::kPerThread; ++k) {
+      const int v = Base::vector(k);
+      const int token = first + v / kVectorsPerRow;
+      const int e = (v % kVectorsPerRow) * kBf16PerVector;
+      this->x[k] =
+          valid.contains(token) ? load_vector(bf16_row(view, token, head) + 2 * e) : zero_vector();
+    }
   }
-}
+  __device__ __forceinline__ void store(uint8_t* tile) const {
+#pragma unroll
+    for (int k = 0; k < Base::kPerThread; ++k) {
+      const int v = Base::vector(k);
+      const uint32_t at =
+          bf16_panel_offset<kRows>(v / kVectorsPerRow, (v % kVectorsPerRow) * kBf16PerVector);
+      *reinterpret_cast<uint4*>(tile + at) = this->x[k];
+    }
+  }
+};
 
 // BF16 rows (token first + t, D elements) -> transposed K-major tile [kD][kTokens] (tokens
 // contiguous, natural order) in panels of 64 tokens. Consecutive threads take consecutive tokens
 // of one 8-element slice, so each shared-memory store instruction writes one row segment.
 template <int kTokens, int kD>
-__device__ __forceinline__ void load_bf16_transposed(uint8_t* tile, const Bf16View& view, int head,
-                                                     int first, TokenRange valid) {
-  constexpr int kElementsPerVector = kBytesPerVector / 2;
-  for (int v = threadIdx.x; v < kTokens * (kD / kElementsPerVector); v += kThreads) {
-    const int t = v % kTokens;
-    const int e0 = (v / kTokens) * kElementsPerVector;
-    const int token = first + t;
-    uint4 x = zero_vector();
-    if (valid.contains(token))
-      x = *reinterpret_cast<const uint4*>(bf16_row(view, token, head) + 2 * e0);
-    const uint32_t w[4] = {x.x, x.y, x.z, x.w};
+struct Bf16TransposedCopy : TileFetch<kTokens * kD / kBf16PerVector> {
+  using Base = TileFetch<kTokens * kD / kBf16PerVector>;
+
+  __device__ __forceinline__ void fetch(const Bf16View& view, int head, int first,
+                                        TokenRange valid) {
 #pragma unroll
-    for (int e = 0; e < kElementsPerVector; ++e) {
-      const uint16_t bits = uint16_t(w[e / 2] >> (16 * (e % 2)));
-      *reinterpret_cast<uint16_t*>(tile + bf16_panel_offset<kD>(e0 + e, t)) = bits;
+    for (int k = 0; k < Base::kPerThread; ++k) {
+      const int v = Base::vector(k);
+      const int token = first + v % kTokens;
+      const int e0 = (v / kTokens) * kBf16PerVector;
+      this->x[k] =
+          valid.contains(token) ? load_vector(bf16_row(view, token, head) + 2 * e0) : zero_vector();
     }
   }
-}
+  __device__ __forceinline__ void store(uint8_t* tile) const {
+#pragma unroll
+    for (int k = 0; k < Base::kPerThread; ++k) {
+      const int v = Base::vector(k);
+      const int t = v % kTokens;
+      const int e0 = (v / kTokens) * kBf16PerVector;
+      const uint32_t w[4] = {this->x[k].x, this->x[k].y, this->x[k].z, this->x[k].w};
+#pragma unroll
+      for (int e = 0; e < kBf16PerVector; ++e) {
+        const uint16_t bits = uint16_t(w[e / 2] >> (16 * (e % 2)));
+        *reinterpret_cast<uint16_t*>(tile + bf16_panel_offset<kD>(e0 + e, t)) = bits;
+      }
+    }
+  }
+};
 
 }  // namespace flamia::backward

@@ -25,18 +25,30 @@ __device__ __forceinline__ void mma_scores(float (&s)[kBlockN / 2], uint64_t des
     const uint64_t a = hopper::advance_desc(desc_q, kk * kMmaK);
     const uint64_t b = hopper::advance_desc(desc_k, kk * kMmaK);
     if constexpr (kBlockN == 128) hopper::wgmma_fp8_ss_n128(s, a, b, kk > 0);
+    if constexpr (kBlockN == 160) hopper::wgmma_fp8_ss_n160(s, a, b, kk > 0);
+    if constexpr (kBlockN == 192) hopper::wgmma_fp8_ss_n192(s, a, b, kk > 0);
+    if constexpr (kBlockN == 256) hopper::wgmma_fp8_ss_n256(s, a, b, kk > 0);
   }
   hopper::warpgroup_commit();
 }
 
-template <int kHeadDim, int kBlockN>
-__device__ __forceinline__ void mma_output(float (&o)[kHeadDim / 2],
-                                           const uint32_t (&a)[kBlockN / 32][4],
-                                           uint64_t desc_vt) {
+// O += P̂·V̂ over one key tile: k32 steps walk the V̂ᵀ sub-tiles (128 keys, 128B swizzle; a
+// narrower tail sub-tile uses the 64B or 32B swizzle).
+template <int kHeadDim>
+__device__ __forceinline__ void mma_output(
+    float (&o)[kHeadDim / 2], const uint32_t (&a)[ForwardTile<kHeadDim>::kBlockN / 32][4],
+    const uint8_t (&vt)[ForwardTile<kHeadDim>::kVtSubtiles][ForwardTile<kHeadDim>::kVtSubtileBytes]) {
+  using Tile = ForwardTile<kHeadDim>;
   hopper::warpgroup_fence();
 #pragma unroll
-  for (int kk = 0; kk < kBlockN / kMmaK; ++kk) {
-    const uint64_t b = hopper::advance_desc(desc_vt, kk * kMmaK);
+  for (int kk = 0; kk < Tile::kBlockN / kMmaK; ++kk) {
+    const int sub = kk * kMmaK / Tile::kVtSubtileKeys;
+    const bool tail = sub == Tile::kVtSubtiles - 1 && Tile::kVtTailKeys != Tile::kVtSubtileKeys;
+    constexpr hopper::Swizzle kTailSwizzle =
+        Tile::kVtTailKeys == 64 ? hopper::Swizzle::k64B : hopper::Swizzle::k32B;
+    const uint64_t desc = hopper::make_smem_desc(hopper::smem_addr(vt[sub]),
+                                                 tail ? kTailSwizzle : hopper::Swizzle::k128B);
+    const uint64_t b = hopper::advance_desc(desc, (kk * kMmaK) % Tile::kVtSubtileKeys);
     if constexpr (kHeadDim == 128) hopper::wgmma_fp8_rs_n128(o, a[kk], b, 1);
     if constexpr (kHeadDim == 64) hopper::wgmma_fp8_rs_n64(o, a[kk], b, 1);
   }
@@ -79,11 +91,7 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p,
     const uint64_t desc_q = hopper::make_smem_desc(
         hopper::smem_addr(smem.q[q_buffer] + tile_row0 * kHeadDim), qk_swizzle<kHeadDim>());
     hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
-    // Software pipeline (intra-warpgroup overlap): while the softmax of key tile n runs on the
-    // ALUs, the tensor cores compute O += P̂V̂ of tile n-1. P̂ of tile n is packed only after
-    // that MMA (which reads the A registers asynchronously) has completed.
     uint32_t a[kBlockN / 32][4];
-    int previous_stage = 0;
     // Scores of tile n (already in s) -> t, p, l; releases the K stage. Returns the O ratio.
     auto softmax = [&](float(&s)[kBlockN / 2], int n, int stage, float(&ratio)[kRowsPerThread]) {
       if (n == w.geo.n_tiles - 1) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
@@ -102,52 +110,29 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p,
     auto k_desc = [&](int stage) {
       return hopper::make_smem_desc(hopper::smem_addr(smem.k[stage]), qk_swizzle<kHeadDim>());
     };
-    auto vt_desc = [&](int stage) {
-      return hopper::make_smem_desc(hopper::smem_addr(smem.vt[stage]), hopper::Swizzle::k128B);
-    };
     auto stage_of = [](int it) { return it % Tile::kStages; };
     auto phase_of = [](int it) { return uint32_t(it / Tile::kStages) & 1; };
 
-    if (w.geo.n_tiles > 0) {
-      // Tile 0: scores and softmax, nothing to overlap with yet.
-      {
-        float s[kBlockN / 2];
-        float ratio[kRowsPerThread];
-        hopper::mbarrier_wait(&smem.k_full[stage_of(iteration)], phase_of(iteration));
-        mma_scores<kHeadDim, kBlockN>(s, desc_q, k_desc(stage_of(iteration)));
-        hopper::warpgroup_wait<0>();
-        hopper::fence_registers(s);
-        softmax(s, 0, stage_of(iteration), ratio);
-        probabilities_to_operand<kBlockN>(s, a);
-        previous_stage = stage_of(iteration);
-        ++iteration;
-      }
-      // Tiles 1..: while the softmax of tile n runs on the ALUs, the tensor cores compute
-      // O += P̂V̂ of tile n-1. P̂ of tile n is packed only after that MMA (which reads the A
-      // registers asynchronously) has completed.
-      for (int n = 1; n < w.geo.n_tiles; ++n, ++iteration) {
-        const int stage = stage_of(iteration);
-        float s[kBlockN / 2];
-        float ratio[kRowsPerThread];
-        hopper::mbarrier_wait(&smem.k_full[stage], phase_of(iteration));
-        hopper::mbarrier_wait(&smem.v_full[previous_stage], phase_of(iteration - 1));
-        mma_scores<kHeadDim, kBlockN>(s, desc_q, k_desc(stage));
-        mma_output<kHeadDim, kBlockN>(o, a, vt_desc(previous_stage));
-        hopper::warpgroup_wait<1>();  // scores of tile n ready; P̂V̂ of tile n-1 in flight
-        hopper::fence_registers(s);
-        softmax(s, n, stage, ratio);
-        hopper::warpgroup_wait<0>();
-        hopper::fence_registers(o);
-        hopper::mbarrier_arrive(&smem.v_empty[previous_stage]);
-        rescale_output(o, ratio);
-        probabilities_to_operand<kBlockN>(s, a);
-        previous_stage = stage;
-      }
-      hopper::mbarrier_wait(&smem.v_full[previous_stage], phase_of(iteration - 1));
-      mma_output<kHeadDim, kBlockN>(o, a, vt_desc(previous_stage));
+    // Per key tile: S = Q̂K̂ᵀ, softmax, O += P̂V̂. The two consumer warpgroups overlap each other
+    // (one's softmax runs while the other's MMAs occupy the tensor cores). Measured: overlapping
+    // P̂V̂ of tile n-1 with the softmax of tile n inside a warpgroup gained nothing here and costs
+    // the registers that wider key tiles need.
+    for (int n = 0; n < w.geo.n_tiles; ++n, ++iteration) {
+      const int stage = stage_of(iteration);
+      float s[kBlockN / 2];
+      float ratio[kRowsPerThread];
+      hopper::mbarrier_wait(&smem.k_full[stage], phase_of(iteration));
+      mma_scores<kHeadDim, kBlockN>(s, desc_q, k_desc(stage));
+      hopper::warpgroup_wait<0>();
+      hopper::fence_registers(s);
+      softmax(s, n, stage, ratio);
+      rescale_output(o, ratio);
+      probabilities_to_operand<kBlockN>(s, a);
+      hopper::mbarrier_wait(&smem.v_full[stage], phase_of(iteration));
+      mma_output<kHeadDim>(o, a, smem.vt[stage]);
       hopper::warpgroup_wait<0>();
       hopper::fence_registers(o);
-      hopper::mbarrier_arrive(&smem.v_empty[previous_stage]);
+      hopper::mbarrier_arrive(&smem.v_empty[stage]);
     }
     if (w.geo.n_tiles == 0) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);  // release the unused Q tile
     write_outputs<Tile::kOutRegisters>(p, w, o, state, row_local, lane);

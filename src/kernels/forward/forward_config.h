@@ -10,8 +10,8 @@ constexpr int kWarpgroupThreads = 128;
 constexpr int kConsumerWarpgroups = 2;
 constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
 constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
-constexpr int kProducerRegisters = 32;
-constexpr int kConsumerRegisters = 232;
+constexpr int kProducerRegisters = 56;
+constexpr int kConsumerRegisters = 224;
 
 // The two consumers are not forced to alternate their MMAs (FlashAttention-3's ping-pong): with
 // the intra-warpgroup overlap below it measured slower here (equal-2k 0.627 -> 0.656 ms).
@@ -23,15 +23,23 @@ template <int kHeadDim>
 struct ForwardTile {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with a forward kernel");
   static constexpr int kD = kHeadDim;
-  static constexpr int kBlockN = 128;  // keys per tile; V̂ᵀ rows are kBlockN bytes (128B swizzle)
-  // K̂/V̂ᵀ ring depth: enough tiles in flight to cover TMA latency (smem: 16 KB per tile at D=128)
-  static constexpr int kStages = kHeadDim == 128 ? 4 : 6;
+  // Keys per tile: wide tiles amortize the per-tile softmax overheads (row reductions, offsets,
+  // barriers); bounded by registers (S is kBlockN / 2 per thread) and shared memory.
+  static constexpr int kBlockN = kHeadDim == 128 ? 128 : 128;
+  // K̂/V̂ᵀ ring depth (shared memory: K̂ + V̂ᵀ = 40 KB per stage at D=128, 24 KB at D=64).
+  static constexpr int kStages = kHeadDim == 128 ? 3 : 4;
   static constexpr int kQBuffers = 2;  // the next work item's Q̂ loads while this one runs
   static constexpr int kQkRowBytes = kHeadDim;  // Q̂ and K̂ rows: 64B or 128B swizzle
-  static constexpr int kVtRowBytes = kBlockN;
+  // V̂ᵀ tiles ([D][keys], keys contiguous) are loaded as sub-tiles of at most 128 keys (rows of
+  // 128 bytes, the widest swizzle); a last narrower sub-tile uses the 64B or 32B swizzle.
+  static constexpr int kVtSubtileKeys = 128;
+  static constexpr int kVtSubtiles = (kBlockN + kVtSubtileKeys - 1) / kVtSubtileKeys;
+  static constexpr int kVtTailKeys = kBlockN - (kVtSubtiles - 1) * kVtSubtileKeys;
+  static_assert(kVtTailKeys == 128 || kVtTailKeys == 64 || kVtTailKeys == 32, "sub-tile keys");
+  static constexpr int kVtSubtileBytes = kHeadDim * kVtSubtileKeys;
   static constexpr int kQTileBytes = kBlockM * kHeadDim;
   static constexpr int kKTileBytes = kBlockN * kHeadDim;
-  static constexpr int kVTileBytes = kHeadDim * kBlockN;
+  static constexpr int kVTileBytes = kHeadDim * kBlockN;  // bytes a V̂ᵀ tile's TMA loads
   static constexpr int kScoreRegisters = kBlockN / 2;  // m64nBN accumulator per thread
   static constexpr int kOutRegisters = kHeadDim / 2;   // m64nD accumulator per thread
 };

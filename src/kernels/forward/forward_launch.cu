@@ -45,10 +45,14 @@ cudaError_t make_maps(const ForwardKernelArgs& args, ForwardParams* params) {
   vt.dims[0] = uint64_t(padded_tokens(s.total_k));
   vt.dims[1] = uint64_t(s.heads_kv) * kHeadDim;
   vt.strides_bytes[0] = uint64_t(padded_tokens(s.total_k));
-  vt.box[0] = Tile::kBlockN;
+  vt.box[0] = Tile::kVtSubtileKeys;
   vt.box[1] = kHeadDim;
-  vt.swizzle = hopper::swizzle_for_row_bytes(Tile::kVtRowBytes);
-  return hopper::make_byte_tensor_map(vt, &params->vt_map, &what);
+  vt.swizzle = hopper::swizzle_for_row_bytes(Tile::kVtSubtileKeys);
+  err = hopper::make_byte_tensor_map(vt, &params->vt_map, &what);
+  if (err != cudaSuccess) return err;
+  vt.box[0] = Tile::kVtTailKeys;
+  vt.swizzle = hopper::swizzle_for_row_bytes(Tile::kVtTailKeys);
+  return hopper::make_byte_tensor_map(vt, &params->vt_tail_map, &what);
 }
 
 int multiprocessor_count() {

@@ -34,6 +34,11 @@ template <int kBlockN, bool kCausal>
 __device__ __forceinline__ void softmax_scores_to_exponents(
     float (&s)[kBlockN / 2], RowState& state, float (&ratio)[kRowsPerThread],
     const KeyPairFactors* factors, int lane, int first_key_local, const int (&row_local)[2]) {
+  // Causal: key column col (tile-relative) is masked when first_key_local + 2*(lane&3) + col_off
+  // > row, i.e. when the compile-time offset exceeds this per-row limit.
+  int limit[kRowsPerThread];
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) limit[r] = row_local[r] - first_key_local - 2 * (lane & 3);
 #pragma unroll
   for (int c = 0; c < kBlockN / 8; ++c) {
     // two 8-byte shared loads: {sk0, sk1} and {ev0, ev1} of this thread's column pair
@@ -49,8 +54,7 @@ __device__ __forceinline__ void softmax_scores_to_exponents(
       float t = score_exponent(s[i], key_scale[j & 1], state.row_factor[r],
                                value_exponent[j & 1]);
       if constexpr (kCausal) {
-        const int key_local = first_key_local + 8 * c + 2 * (lane & 3) + (j & 1);
-        if (key_local > row_local[r]) t = -INFINITY;
+        if (8 * c + (j & 1) > limit[r]) t = -INFINITY;
       }
       s[i] = t;
     }

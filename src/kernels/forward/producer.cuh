@@ -15,7 +15,6 @@ template <int kHeadDim>
 __device__ __forceinline__ void run_producer(const ForwardParams& p,
                                              SharedStorage<kHeadDim>& smem) {
   using Tile = ForwardTile<kHeadDim>;
-  static_assert(Tile::kBlockN == kWarpgroupThreads, "one producer thread per key of a tile");
   hopper::warpgroup_registers_decrease<kProducerRegisters>();
   const int tid = threadIdx.x;
   const bool issues_tma = tid == 0;
@@ -23,6 +22,7 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p,
     hopper::tma_prefetch_descriptor(&p.q_map);
     hopper::tma_prefetch_descriptor(&p.k_map);
     hopper::tma_prefetch_descriptor(&p.vt_map);
+    hopper::tma_prefetch_descriptor(&p.vt_tail_map);
   }
   const int items = work_item_count(p);
   int iteration = 0;
@@ -42,26 +42,34 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p,
       const uint32_t reuse_phase = ((iteration / Tile::kStages) & 1) ^ 1;
       const int key_tile_start = w.geo.k_tile_base + n * Tile::kBlockN;
       if (iteration >= Tile::kStages) hopper::mbarrier_wait(&smem.k_empty[stage], reuse_phase);
-      // this thread's key
-      const int key = key_tile_start + tid;
-      const bool inside = key >= w.geo.k_start && key < w.geo.k_start + w.geo.k_len;
-      const size_t exp_index = size_t(w.kv_head) * p.total_k + (inside ? key : 0);
-      const int key_exp = inside ? p.k_exp[exp_index] : 0;
-      const int value_exp = inside ? p.v_exp[exp_index] : 0;
-      KeyColumnFactors f = key_column_factors(key_exp, value_exp);
-      if (!inside) f.value_exponent = -INFINITY;
-      KeyPairFactors& pair = smem.factors[stage][tid / 2];
-      pair.key_scale[tid & 1] = f.key_scale;
-      pair.value_exponent[tid & 1] = f.value_exponent;
-      pair.inv_value_scale[tid & 1] = f.inv_value_scale;
+      // this thread's keys' factors
+#pragma unroll 1
+      for (int j = tid; j < Tile::kBlockN; j += kWarpgroupThreads) {
+        const int key = key_tile_start + j;
+        const bool inside = key >= w.geo.k_start && key < w.geo.k_start + w.geo.k_len;
+        const size_t exp_index = size_t(w.kv_head) * p.total_k + (inside ? key : 0);
+        const int key_exp = inside ? p.k_exp[exp_index] : 0;
+        const int value_exp = inside ? p.v_exp[exp_index] : 0;
+        KeyColumnFactors f = key_column_factors(key_exp, value_exp);
+        if (!inside) f.value_exponent = -INFINITY;
+        KeyPairFactors& pair = smem.factors[stage][j / 2];
+        pair.key_scale[j & 1] = f.key_scale;
+        pair.value_exponent[j & 1] = f.value_exponent;
+        pair.inv_value_scale[j & 1] = f.inv_value_scale;
+      }
       if (issues_tma) {
         hopper::mbarrier_arrive_expect_tx(&smem.k_full[stage], Tile::kKTileBytes);
         hopper::tma_load_3d(smem.k[stage], &p.k_map, &smem.k_full[stage], 0, w.kv_head,
                             key_tile_start);
         if (iteration >= Tile::kStages) hopper::mbarrier_wait(&smem.v_empty[stage], reuse_phase);
         hopper::mbarrier_arrive_expect_tx(&smem.v_full[stage], Tile::kVTileBytes);
-        hopper::tma_load_2d(smem.vt[stage], &p.vt_map, &smem.v_full[stage], key_tile_start,
-                            w.kv_head * kHeadDim);
+#pragma unroll
+        for (int sub = 0; sub < Tile::kVtSubtiles; ++sub) {
+          const bool tail = sub == Tile::kVtSubtiles - 1 && Tile::kVtTailKeys != Tile::kVtSubtileKeys;
+          hopper::tma_load_2d(smem.vt[stage][sub], tail ? &p.vt_tail_map : &p.vt_map,
+                              &smem.v_full[stage], key_tile_start + sub * Tile::kVtSubtileKeys,
+                              w.kv_head * kHeadDim);
+        }
       } else {
         hopper::mbarrier_arrive(&smem.k_full[stage]);
       }

@@ -13,7 +13,7 @@ struct alignas(1024) SharedStorage {
   using Tile = ForwardTile<kHeadDim>;
   alignas(1024) uint8_t q[Tile::kQBuffers][Tile::kQTileBytes];
   alignas(1024) uint8_t k[Tile::kStages][Tile::kKTileBytes];
-  alignas(1024) uint8_t vt[Tile::kStages][Tile::kVTileBytes];
+  alignas(1024) uint8_t vt[Tile::kStages][Tile::kVtSubtiles][Tile::kVtSubtileBytes];
   KeyPairFactors factors[Tile::kStages][Tile::kBlockN / 2];
   uint64_t q_full[Tile::kQBuffers];   // Q tile landed
   uint64_t q_empty[Tile::kQBuffers];  // both consumers finished their last S = Q̂K̂ᵀ of the item

@@ -56,7 +56,8 @@ __device__ __forceinline__ void load_vector_chunk(const float* v, float (&x)[kCh
 }
 
 // The transform of a copy, applied in FP32 exactly as the reference's element source does:
-// one subtraction (x - m) or one IEEE division (x / l). `shift` is m for the subtract kinds.
+// one subtraction (x - m) or one IEEE division (x / l; a row with l = 0 has no visible key and
+// gets 0). `shift` is m for the subtract kinds.
 __device__ __forceinline__ void apply_transform(Transform transform,
                                                 const float (&shift)[kChunkChannels], float l,
                                                 float (&x)[kChunkChannels]) {
@@ -65,7 +66,7 @@ __device__ __forceinline__ void apply_transform(Transform transform,
     for (int i = 0; i < kChunkChannels; ++i) x[i] = __fsub_rn(x[i], shift[i]);
   } else if (transform == Transform::kDivideByL) {
 #pragma unroll
-    for (int i = 0; i < kChunkChannels; ++i) x[i] = __fdiv_rn(x[i], l);
+    for (int i = 0; i < kChunkChannels; ++i) x[i] = l == 0.0f ? 0.0f : __fdiv_rn(x[i], l);
   }
 }
 

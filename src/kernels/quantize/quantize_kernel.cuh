@@ -131,7 +131,7 @@ __device__ __forceinline__ void lse_shift_dots(const TensorJob& job,
 #pragma unroll
     for (int j = 0; j < kQuadTokens; ++j) {
       if (spec.source == KeySmoothing::kFirstKey && set.valid(j)) {
-        // The key document with the query's document index; an empty one has no keys: m = 0.
+        // The key document with the query's document index (an empty one: m = 0, unused).
         const int b = s.doc_index[set.local(j)];
         if (b != m_doc) {
           const int key_begin = __ldg(spec.cu_seqlens_k + b);
@@ -153,6 +153,18 @@ __device__ __forceinline__ void lse_shift_dots(const TensorJob& job,
     const float sum = TileGeometry<kHeadDim>::reduce_chunks(dot[j], SumOp());
     if (set.valid(j) && g.sub_chunk == 0) s.partial[set.local(j)] = sum;
   }
+}
+
+// softmax_scale * (q . m) of tile token `local`; 0 when its key document is empty (the query
+// sees no key, its LSE is -inf), as in the reference.
+template <int kHeadDim, bool kGradient>
+__device__ __forceinline__ float lse_shift_value(const TensorJob& job, int local,
+                                                 const QuantizeShared<kHeadDim, kGradient>& s) {
+  const LseShiftSpec& spec = job.lse_shift;
+  if (spec.source == KeySmoothing::kNone) return 0.0f;
+  const int b = s.doc_index[local];
+  const bool has_keys = __ldg(spec.cu_seqlens_k + b + 1) > __ldg(spec.cu_seqlens_k + b);
+  return has_keys ? __fmul_rn(spec.softmax_scale, s.partial[local]) : 0.0f;
 }
 
 // A copy of v the compiler cannot see through: addresses derived from it inside a loop are
@@ -302,8 +314,7 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
       for (int n = 0; n < kMaxExponentOutputs; ++n)
         if (copy.exponents[n] != nullptr) copy.exponents[n][out_index] = int8_t(e);
     }
-    if (job.lse_shift.out != nullptr)
-      job.lse_shift.out[out_index] = __fmul_rn(job.lse_shift.softmax_scale, s.partial[tid]);
+    if (job.lse_shift.out != nullptr) job.lse_shift.out[out_index] = lse_shift_value(job, tid, s);
   }
   __syncthreads();
 

@@ -43,9 +43,8 @@ bool job_valid(const TensorJob& job) {
     if (lse.kv_group <= 0) return false;
     if (lse.source == KeySmoothing::kVector && (lse.vector == nullptr || !aligned(lse.vector)))
       return false;
-    if (lse.source == KeySmoothing::kFirstKey &&
-        (!source_valid(lse.keys) || lse.cu_seqlens_k == nullptr))
-      return false;
+    if (lse.source != KeySmoothing::kNone && lse.cu_seqlens_k == nullptr) return false;
+    if (lse.source == KeySmoothing::kFirstKey && !source_valid(lse.keys)) return false;
   }
   if (job.delta.out != nullptr && (job.num_copies == 0 || !source_valid(job.delta.o)))
     return false;
@@ -57,7 +56,8 @@ bool job_needs_documents(const TensorJob& job) {
     if (job.copy[k].blocks != BlockKind::kToken) return true;
     if (job.copy[k].transform == Transform::kSubtractFirstKey) return true;
   }
-  return job.lse_shift.out != nullptr && job.lse_shift.source == KeySmoothing::kFirstKey;
+  // The LSE shift is 0 for queries whose key document is empty.
+  return job.lse_shift.out != nullptr && job.lse_shift.source != KeySmoothing::kNone;
 }
 
 bool job_has_work(const TensorJob& job) {

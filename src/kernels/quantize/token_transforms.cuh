@@ -133,13 +133,14 @@ __device__ __forceinline__ void accumulate_amax(Transform transform, const Tenso
 }
 
 // A token's amax from the combined lanes. For x / l: division by |l| is monotone and
-// |fl(x / l)| = fl(|x| / |l|), so fl(amax|x| / |l|) is exactly the amax of the quotients.
+// |fl(x / l)| = fl(|x| / |l|), so fl(amax|x| / |l|) is exactly the amax of the quotients (and
+// 0 for l = 0, whose row is all zeros).
 template <bool kGradient, typename Set>
 __device__ __forceinline__ float finish_amax(Transform transform, const TensorJob& job, int head,
                                              const Set& set, int j, float combined) {
   if (kGradient && transform == Transform::kDivideByL) {
     const float l = set.valid(j) ? load_l(job, head, set.token(j)) : 1.0f;
-    return __fdiv_rn(combined, fabsf(l));
+    return l == 0.0f ? 0.0f : __fdiv_rn(combined, fabsf(l));
   }
   return combined;
 }
