@@ -2,6 +2,7 @@
 // O += P̂V̂ (FP8 wgmma, A from registers); then the epilogue. Each consumer owns 64 query rows.
 #pragma once
 
+#include "kernels/forward/debug_probabilities.cuh"
 #include "kernels/forward/epilogue.cuh"
 #include "kernels/forward/online_softmax.cuh"
 #include "kernels/forward/shared_storage.cuh"
@@ -55,7 +56,7 @@ __device__ __forceinline__ void mma_output(
   hopper::warpgroup_commit();
 }
 
-template <int kHeadDim>
+template <int kHeadDim, bool kDebugProbabilities>
 __device__ __forceinline__ void run_consumer(const ForwardParams& p,
                                              SharedStorage<kHeadDim>& smem, int consumer) {
   using Tile = ForwardTile<kHeadDim>;
@@ -126,6 +127,8 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p,
       hopper::warpgroup_wait<0>();
       hopper::fence_registers(s);
       softmax(s, n, stage, ratio);
+      if constexpr (kDebugProbabilities)
+        write_debug_probabilities<kBlockN>(p, w, s, state, n, row_local, lane);
       rescale_output(o, ratio);
       probabilities_to_operand<kBlockN>(s, a);
       hopper::mbarrier_wait(&smem.v_full[stage], phase_of(iteration));

@@ -17,6 +17,9 @@ struct ForwardKernelArgs {
   float* softmax_stats = nullptr;  // [heads_q][total_q][2] = {M, l}, or nullptr
   const int32_t* device_status = nullptr;
   void* scheduler_workspace = nullptr;  // forward_scheduler_workspace_bytes(shape)
+  // Tests only: every visible P̂ as e4m3_decode(P̂) * 2^(M_running - 8), [Hq][total_q][total_k].
+  // Runs a separate (slower) instantiation of the kernel.
+  float* debug_p_hat = nullptr;
 };
 
 size_t forward_scheduler_workspace_bytes(const PackedShape& shape);

@@ -28,7 +28,7 @@ __device__ __forceinline__ void init_barriers(SharedStorage<kHeadDim>& smem) {
   hopper::fence_mbarrier_init();
 }
 
-template <int kHeadDim>
+template <int kHeadDim, bool kDebugProbabilities>
 __global__ void __launch_bounds__(kThreads, 1)
     forward_kernel(const __grid_constant__ ForwardParams params) {
   extern __shared__ uint8_t shared_raw[];
@@ -44,7 +44,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (warpgroup == 0) {
     run_producer<kHeadDim>(params, smem);
   } else {
-    run_consumer<kHeadDim>(params, smem, warpgroup - 1);
+    run_consumer<kHeadDim, kDebugProbabilities>(params, smem, warpgroup - 1);
   }
 }
 

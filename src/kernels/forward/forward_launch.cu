@@ -95,7 +95,9 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   if (err != cudaSuccess) return err;
 
   constexpr size_t kShared = forward::forward_shared_bytes<kHeadDim>();
-  auto kernel = forward::forward_kernel<kHeadDim>;
+  params.debug_p_hat = args.debug_p_hat;
+  auto kernel = args.debug_p_hat ? forward::forward_kernel<kHeadDim, true>
+                                 : forward::forward_kernel<kHeadDim, false>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
   if (err != cudaSuccess) return err;
   const int64_t max_items = forward::max_work_items(s, kBlockM);

@@ -35,6 +35,7 @@ struct ForwardParams {
   float* softmax_stats;  // [Hq][total_q][2] or nullptr
   const int32_t* device_status;
   ScheduleView schedule;
+  float* debug_p_hat;  // tests only: [Hq][total_q][total_k], see debug_probabilities.cuh
 };
 
 }  // namespace flamia::forward

@@ -211,7 +211,9 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
 
   // ---- 1. loads ----------------------------------------------------------------------------
   load_own_chunks(job.x, set, g, head, s.input, tid);
-  if constexpr (kGradient) load_own_chunks(job.delta.o, set, g, head, s.o_input, tid);
+  if constexpr (kGradient) {
+    if (job.delta.out != nullptr) load_own_chunks(job.delta.o, set, g, head, s.o_input, tid);
+  }
   async_copy_commit();
   for (int i = tid; i < kMaxCopies * kWindowTokens; i += Geometry::kThreads)
     (&s.amax[0][0])[i] = 0u;
@@ -342,7 +344,8 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
                               codes[j]);
             }
             if constexpr (kGradient) {
-              if (k == 0) delta[j] = add_delta_dot(own_chunks(s.o_input, n, tid), j, codes[j], delta[j]);
+              if (k == 0 && job.delta.out != nullptr)
+                delta[j] = add_delta_dot(own_chunks(s.o_input, n, tid), j, codes[j], delta[j]);
             }
           });
       if (copy.token_major != nullptr) stage_codes(s.stage, g, chunk, copy.order, codes);

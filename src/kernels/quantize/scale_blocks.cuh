@@ -12,18 +12,19 @@ struct TokenRange {
 };
 
 // The block of `kind` that holds token t of the document [doc_begin, doc_end).
-__device__ __forceinline__ TokenRange scale_block(BlockKind kind, int t, int doc_begin,
+__host__ __device__ __forceinline__ TokenRange scale_block(BlockKind kind, int t, int doc_begin,
                                                   int doc_end) {
   switch (kind) {
     case BlockKind::kBlock32: {
       const int begin = doc_begin + (t - doc_begin) / kBlock32Tokens * kBlock32Tokens;
-      return {begin, min(begin + kBlock32Tokens, doc_end)};
+      return {begin, begin + kBlock32Tokens < doc_end ? begin + kBlock32Tokens : doc_end};
     }
     case BlockKind::kTile64: {
       // Tile-aligned: blocks start at floor16(doc_begin) + 64 n, clipped to the document.
       const int origin = doc_begin / kPermutationGroup * kPermutationGroup;
       const int begin = origin + (t - origin) / kTileAlignedQueryBlock * kTileAlignedQueryBlock;
-      return {max(begin, doc_begin), min(begin + kTileAlignedQueryBlock, doc_end)};
+      const int end = begin + kTileAlignedQueryBlock;
+      return {begin > doc_begin ? begin : doc_begin, end < doc_end ? end : doc_end};
     }
     case BlockKind::kToken:
     default:

@@ -46,7 +46,7 @@ struct TileGeometry {
   int sub_chunk;  // chunk within the warp's kWarpChunks
   int group;      // group of 16 tokens in the tile
 
-  __device__ __forceinline__ explicit TileGeometry(int tid) {
+  __host__ __device__ __forceinline__ explicit TileGeometry(int tid) {
     const int lane = tid % kWarpSize;
     const int warp = tid / kWarpSize;
     quad = lane % kLanesPerQuadRow;
@@ -54,7 +54,7 @@ struct TileGeometry {
     sub_chunk = s % kWarpChunks;
     group = warp * kWarpGroups + s / kWarpChunks;
   }
-  __device__ __forceinline__ int chunk(int slice) const {
+  __host__ __device__ __forceinline__ int chunk(int slice) const {
     return slice * kWarpChunks + sub_chunk;
   }
 
@@ -69,10 +69,10 @@ struct TileGeometry {
 
   // Word swizzle of staging row d: XOR with the row's chunk within the warp, scaled so that
   // the chunks of one warp land on distinct 4-word bank groups.
-  __device__ __forceinline__ static int stage_swizzle(int d) {
+  __host__ __device__ __forceinline__ static int stage_swizzle(int d) {
     return (d / kChunkChannels) % kWarpChunks * kWordsPerGroup * kWarpGroups;
   }
-  __device__ __forceinline__ static int stage_byte(int d, int slot) {
+  __host__ __device__ __forceinline__ static int stage_byte(int d, int slot) {
     const int word = (slot / kBytesPerWord) ^ stage_swizzle(d);
     return d * kTileTokens + word * kBytesPerWord + slot % kBytesPerWord;
   }

@@ -22,11 +22,11 @@ struct QuadTokens {
   int group_slot;  // 16 * group
   int quad;
   const int32_t* doc_begin_smem;  // per tile-local token (valid when documents are needed)
-  __device__ __forceinline__ int local(int j) const {
+  __host__ __device__ __forceinline__ int local(int j) const {
     return group_slot + permuted_token(quad * kQuadTokens + j);
   }
-  __device__ __forceinline__ int token(int j) const { return tile_begin + local(j); }
-  __device__ __forceinline__ bool valid(int j) const { return token(j) < tokens; }
+  __host__ __device__ __forceinline__ int token(int j) const { return tile_begin + local(j); }
+  __host__ __device__ __forceinline__ bool valid(int j) const { return token(j) < tokens; }
   __device__ __forceinline__ int doc_begin(int j) const { return doc_begin_smem[local(j)]; }
 };
 
