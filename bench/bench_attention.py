@@ -160,14 +160,15 @@ def bench_flex(q, k, v, d_o, cu):
     return time_pair(run)
 
 
-def accuracy(w, cli):
+def accuracy(w, cli, scale_mode):
     if not cli.exists():
         return {"error": f"{cli} not built"}
     group = w["heads_q"] // w["heads_kv"]
     # at least two query heads, keeping the workload's GQA ratio
     heads_q, heads_kv = (group, 1) if group > 1 else (2, 2)
     args = [str(cli), "accuracy", "--docs", ",".join(map(str, w["doc_lens"])), "--heads-q",
-            str(heads_q), "--heads-kv", str(heads_kv), "--head-dim", str(w["head_dim"]), "--json"]
+            str(heads_q), "--heads-kv", str(heads_kv), "--head-dim", str(w["head_dim"]),
+            "--scale-mode", scale_mode, "--json"]
     start = time.time()
     proc = subprocess.run(args, capture_output=True, text=True, timeout=400)
     try:
@@ -232,7 +233,7 @@ def main():
         if errors:
             rec["baseline_errors"] = errors
         if not opts.no_accuracy:
-            rec.update({k2: v2 for k2, v2 in accuracy(w, ROOT / "build/flamia").items()})
+            rec.update({k2: v2 for k2, v2 in accuracy(w, ROOT / "build/flamia", opts.scale_mode).items()})
         results["workloads"][name] = rec
         print(f"{name:17s} flamia fwd {f_fwd:7.3f} ms ({rec['flamia_fwd_tflops']:5.0f} TF/s) "
               f"x{rec['speedup_fwd']:.2f} vs {rec['best_bf16_fwd_name']}; fwd+bwd {f_fb:7.3f} ms "

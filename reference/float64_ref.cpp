@@ -102,26 +102,49 @@ Float64Result float64_attention(const Problem& p, const Float64Inputs& in, bool 
       const int b = chunk.doc;
       const int k_begin = p.cu_seqlens_k[b], q_begin = p.cu_seqlens_q[b];
       const int k_len = p.cu_seqlens_k[b + 1] - k_begin, q_len = p.cu_seqlens_q[b + 1] - q_begin;
-      for (int t = chunk.begin; t < chunk.end; ++t) {
-        if (is_dq) {
+      if (is_dq) {
+        for (int t = chunk.begin; t < chunk.end; ++t) {
           double* dq = &r.dq[(size_t(t) * p.heads_q + h) * dim];
-          for (int jj = 0; jj < k_len; ++jj) {
+          const int n = visible_keys(p, b, t);  // dS is 0 past the diagonal
+          for (int jj = 0; jj < n; ++jj) {
             const double w = scale * ds[b][size_t(t - q_begin) * k_len + jj];
             const double* k = k_row(in.k, k_begin + jj, g);
             for (int d = 0; d < dim; ++d) dq[d] += w * k[d];
           }
-        } else {
-          double* dk = &r.dk[(size_t(t) * p.heads_kv + g) * dim];
-          double* dv = &r.dv[(size_t(t) * p.heads_kv + g) * dim];
-          for (int ii = 0; ii < q_len; ++ii) {
-            const size_t at = size_t(ii) * k_len + (t - k_begin);
-            const double* q = q_row(in.q, q_begin + ii, h);
-            const double* d_o = q_row(in.d_o, q_begin + ii, h);
-            for (int d = 0; d < dim; ++d) {
-              dk[d] += scale * ds[b][at] * q[d];
-              dv[d] += prob[b][at] * d_o[d];
-            }
+        }
+        return;
+      }
+      // Keys [chunk.begin, chunk.end) together, query rows outermost: the dS and P rows are read
+      // contiguously, and every key still adds its query rows in ascending order onto what the
+      // previous heads of its group left (the same sums as one key at a time).
+      const int keys = chunk.end - chunk.begin, first_key = chunk.begin - k_begin;
+      std::vector<double> dk(size_t(keys) * dim), dv(size_t(keys) * dim);
+      for (int t = 0; t < keys; ++t)
+        for (int d = 0; d < dim; ++d) {
+          dk[size_t(t) * dim + d] = r.dk[(size_t(chunk.begin + t) * p.heads_kv + g) * dim + d];
+          dv[size_t(t) * dim + d] = r.dv[(size_t(chunk.begin + t) * p.heads_kv + g) * dim + d];
+        }
+      for (int ii = p.causal ? first_key : 0; ii < q_len; ++ii) {
+        const double* ds_row = &ds[b][size_t(ii) * k_len + first_key];
+        const double* prob_row = &prob[b][size_t(ii) * k_len + first_key];
+        const double* q = q_row(in.q, q_begin + ii, h);
+        const double* d_o = q_row(in.d_o, q_begin + ii, h);
+        for (int t = 0; t < keys; ++t) {
+          const double ds_scaled = scale * ds_row[t], pij = prob_row[t];
+          double* dk_t = &dk[size_t(t) * dim];
+          double* dv_t = &dv[size_t(t) * dim];
+          for (int d = 0; d < dim; ++d) {
+            dk_t[d] += ds_scaled * q[d];
+            dv_t[d] += pij * d_o[d];
           }
+        }
+      }
+      for (int t = 0; t < keys; ++t) {
+        double* dk_out = &r.dk[(size_t(chunk.begin + t) * p.heads_kv + g) * dim];
+        double* dv_out = &r.dv[(size_t(chunk.begin + t) * p.heads_kv + g) * dim];
+        for (int d = 0; d < dim; ++d) {
+          dk_out[d] = dk[size_t(t) * dim + d];
+          dv_out[d] = dv[size_t(t) * dim + d];
         }
       }
     });

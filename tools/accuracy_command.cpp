@@ -173,7 +173,7 @@ std::vector<int> parse_int_list(const std::string& text) {
     const size_t comma = text.find(',', at);
     const std::string item =
         text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    if (!item.empty()) values.push_back(parse_int("list item", item));
+    if (!item.empty()) values.push_back(parse_int("an item of the list '" + text + "'", item));
     if (comma == std::string::npos) break;
     at = comma + 1;
   }

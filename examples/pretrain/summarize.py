@@ -149,7 +149,11 @@ def plot(loaded, baseline, base_smooth, png):
         ax_ratio.plot(steps[:n], smooth(loss[:n], 21) / base_smooth[:n], label=name,
                       color=line.get_color(), linewidth=1.0)
     ax_loss.set_ylabel("cross-entropy (nats / byte)")
-    ax_loss.set_yscale("log")
+    # Leave out the first steps' steep descent so that the curves' differences stay visible.
+    (steps, loss, _), _, _ = loaded[baseline]
+    skip = min(len(loss) - 1, max(1, len(loss) // 50))
+    top, bottom = float(np.max(base_smooth[skip:])), float(np.min(base_smooth))
+    ax_loss.set_ylim(bottom - 0.05 * (top - bottom), top + 0.05 * (top - bottom) + 1e-6)
     ax_loss.legend(fontsize=8)
     ax_loss.grid(alpha=0.3, which="both")
     ax_ratio.axhline(1.0, color="black", linewidth=0.6)

@@ -46,16 +46,16 @@ class TrainConfig:
     seq_len: int = 8192
     seqs_per_step: int = 2
     steps: int = 2000
-    lr: float = 1.5e-3
+    lr: float = 8e-4
     min_lr_ratio: float = 0.1
-    warmup: int = 100
+    warmup: int = 150
     weight_decay: float = 0.1
     beta2: float = 0.95
     grad_clip: float = 1.0
     eval_every: int = 100
     eval_sequences: int = 16
     seed: int = 1234
-    spike_warmup: int = 100  # steps excluded from spike statistics (summarize.py)
+    spike_warmup: int = 150  # steps excluded from spike statistics (summarize.py)
 
 
 PRESETS = {

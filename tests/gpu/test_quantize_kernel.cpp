@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -120,8 +121,8 @@ class InputGenerator {
 
 enum class Layout { kDense, kPadded, kHeadMajor };
 
-constexpr int64_t kRowPad = 8;      // elements between head rows (keeps 16-byte alignment)
-constexpr int64_t kTokenPad = 16;   // elements between token rows
+constexpr int64_t kRowPad = 8;     // elements between head rows (keeps 16-byte alignment)
+constexpr int64_t kTokenPad = 16;  // elements between token rows
 constexpr uint16_t kBf16NaN = 0xFFFF;
 
 // A BF16 tensor on the device in `layout`; every element outside the tensor's rows is NaN, so
@@ -182,8 +183,7 @@ std::string row_major_at(size_t i, int heads, int dim) {
 }
 std::string token_major_at(size_t i, int dim, int64_t padded) {
   const size_t slot = i % padded, d = i / padded % dim, h = i / padded / dim;
-  return "head " + std::to_string(h) + " d " + std::to_string(d) + " slot " +
-         std::to_string(slot);
+  return "head " + std::to_string(h) + " d " + std::to_string(d) + " slot " + std::to_string(slot);
 }
 std::string exponent_at(size_t i, int tokens) {
   return "head " + std::to_string(i / tokens) + " token " + std::to_string(i % tokens);
@@ -205,30 +205,33 @@ void expect_bytes_equal(const char* what, const std::vector<T>& got, const std::
       first += line;
     }
   }
-  EXPECT_EQ(mismatches, 0u) << what << ": " << mismatches << " of " << got.size()
-                            << " bytes differ" << first;
+  EXPECT_EQ(mismatches, 0u) << what << ": " << mismatches << " of " << got.size() << " bytes differ"
+                            << first;
 }
 
 // An FP32 sum against the reference's double sum: |got - want| <= rel * bound + abs, where
 // bound(i) is the sum of |terms| (so cancellation does not tighten the check). NaN never
-// passes.
+// passes. Entries whose bound exceeds the FP32 range (products of huge rows) are undefined in
+// FP32 (inf in the reference's double sum, inf or NaN in an FP32 one) and are not compared.
 void expect_sums_close(const char* what, const std::vector<float>& got,
                        const std::vector<float>& want, const std::vector<double>& bound,
                        double rel) {
   ASSERT_EQ(got.size(), want.size()) << what;
   constexpr double kAbsolute = 1e-37;  // FP32 subnormal rounding of tiny terms
-  size_t bad = 0;
+  const double kRange = std::numeric_limits<float>::max();
+  size_t bad = 0, compared = 0;
   std::string first;
   for (size_t i = 0; i < got.size(); ++i) {
+    if (bound[i] > kRange) continue;
+    ++compared;
     const double diff = std::fabs(double(got[i]) - double(want[i]));
-    const bool same_inf = std::isinf(got[i]) && got[i] == want[i];
-    if (!std::isnan(got[i]) && (same_inf || diff <= rel * bound[i] + kAbsolute)) continue;
+    if (!std::isnan(got[i]) && diff <= rel * bound[i] + kAbsolute) continue;
     if (++bad <= 5)
       first += "\n  index " + std::to_string(i) + ": got " + std::to_string(got[i]) + " want " +
                std::to_string(want[i]);
   }
-  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << got.size() << " out of tolerance"
-                     << first;
+  EXPECT_GT(compared, got.size() / 2) << what << ": too few comparable entries";
+  EXPECT_EQ(bad, 0u) << what << ": " << bad << " of " << compared << " out of tolerance" << first;
 }
 
 // The FP32 dots are FMA chains and shuffle trees: a few D ulps of the sum of |terms|.
@@ -272,28 +275,102 @@ const std::vector<int> kAwkwardDocs = {1, 17, 0, 113, 2049, 0, 3};  // 2183 toke
 std::vector<QuantizeCase> quantize_cases() {
   std::vector<QuantizeCase> cases = {
       {"awkward_d128_exact", kAwkwardDocs, {}, 4, 2, 128, ScaleMode::kExact},
-      {"awkward_d128_block32_first_key_padded", kAwkwardDocs, {}, 4, 2, 128, ScaleMode::kBlock32,
-       KeySmoothing::kFirstKey, Layout::kPadded},
-      {"awkward_d64_block32_vector_mqa_head_major", kAwkwardDocs, {}, 8, 1, 64,
-       ScaleMode::kBlock32, KeySmoothing::kVector, Layout::kHeadMajor},
-      {"awkward_d256_exact_first_key_padded", kAwkwardDocs, {}, 2, 2, 256, ScaleMode::kExact,
-       KeySmoothing::kFirstKey, Layout::kPadded},
-      {"awkward_d256_block32_none_head_major", kAwkwardDocs, {}, 4, 1, 256, ScaleMode::kBlock32,
-       KeySmoothing::kNone, Layout::kHeadMajor},
-      {"awkward_d64_exact_first_key", kAwkwardDocs, {}, 6, 3, 64, ScaleMode::kExact,
+      {"awkward_d128_block32_first_key_padded",
+       kAwkwardDocs,
+       {},
+       4,
+       2,
+       128,
+       ScaleMode::kBlock32,
+       KeySmoothing::kFirstKey,
+       Layout::kPadded},
+      {"awkward_d64_block32_vector_mqa_head_major",
+       kAwkwardDocs,
+       {},
+       8,
+       1,
+       64,
+       ScaleMode::kBlock32,
+       KeySmoothing::kVector,
+       Layout::kHeadMajor},
+      {"awkward_d256_exact_first_key_padded",
+       kAwkwardDocs,
+       {},
+       2,
+       2,
+       256,
+       ScaleMode::kExact,
+       KeySmoothing::kFirstKey,
+       Layout::kPadded},
+      {"awkward_d256_block32_none_head_major",
+       kAwkwardDocs,
+       {},
+       4,
+       1,
+       256,
+       ScaleMode::kBlock32,
+       KeySmoothing::kNone,
+       Layout::kHeadMajor},
+      {"awkward_d64_exact_first_key",
+       kAwkwardDocs,
+       {},
+       6,
+       3,
+       64,
+       ScaleMode::kExact,
        KeySmoothing::kFirstKey},
-      {"one_token_documents_block32_first_key", std::vector<int>(301, 1), {}, 2, 1, 128,
-       ScaleMode::kBlock32, KeySmoothing::kFirstKey, Layout::kPadded},
-      {"short_and_empty_documents_block32_first_key", many_documents(60, 40, true, 7), {}, 2, 2,
-       64, ScaleMode::kBlock32, KeySmoothing::kFirstKey},
-      {"unaligned_documents_d128_block32_vector", many_documents(40, 150, false, 11), {}, 4, 4,
-       128, ScaleMode::kBlock32, KeySmoothing::kVector, Layout::kPadded},
-      {"unequal_q_k_documents_first_key", {3, 17, 40, 0, 21}, {0, 33, 5, 9, 0}, 4, 2, 128,
-       ScaleMode::kBlock32, KeySmoothing::kFirstKey, Layout::kPadded},
-      {"unequal_q_k_documents_vector_d256", {31, 0, 64, 5}, {16, 7, 0, 40}, 2, 1, 256,
-       ScaleMode::kExact, KeySmoothing::kVector},
-      {"long_document_d128_block32_first_key", {4100, 1}, {}, 2, 1, 128, ScaleMode::kBlock32,
-       KeySmoothing::kFirstKey, Layout::kHeadMajor},
+      {"one_token_documents_block32_first_key",
+       std::vector<int>(301, 1),
+       {},
+       2,
+       1,
+       128,
+       ScaleMode::kBlock32,
+       KeySmoothing::kFirstKey,
+       Layout::kPadded},
+      {"short_and_empty_documents_block32_first_key",
+       many_documents(60, 40, true, 7),
+       {},
+       2,
+       2,
+       64,
+       ScaleMode::kBlock32,
+       KeySmoothing::kFirstKey},
+      {"unaligned_documents_d128_block32_vector",
+       many_documents(40, 150, false, 11),
+       {},
+       4,
+       4,
+       128,
+       ScaleMode::kBlock32,
+       KeySmoothing::kVector,
+       Layout::kPadded},
+      {"unequal_q_k_documents_first_key",
+       {3, 17, 40, 0, 21},
+       {0, 33, 5, 9, 0},
+       4,
+       2,
+       128,
+       ScaleMode::kBlock32,
+       KeySmoothing::kFirstKey,
+       Layout::kPadded},
+      {"unequal_q_k_documents_vector_d256",
+       {31, 0, 64, 5},
+       {16, 7, 0, 40},
+       2,
+       1,
+       256,
+       ScaleMode::kExact,
+       KeySmoothing::kVector},
+      {"long_document_d128_block32_first_key",
+       {4100, 1},
+       {},
+       2,
+       1,
+       128,
+       ScaleMode::kBlock32,
+       KeySmoothing::kFirstKey,
+       Layout::kHeadMajor},
   };
   // The backward's fused rebuild of the forward copies on some cases.
   for (size_t i = 0; i < cases.size(); i += 2) cases[i].fused_forward = true;
@@ -312,7 +389,9 @@ ref::Problem make_problem(const QuantizeCase& c) {
   return p;
 }
 
-uint64_t seed_of(const std::string& name) { return std::hash<std::string>{}(name) ^ 0x5EEDu; }
+uint64_t seed_of(const std::string& name) {
+  return std::hash<std::string>{}(name) ^ 0x5EEDu;
+}
 
 // Everything one case needs on both sides.
 struct CaseData {
@@ -371,7 +450,10 @@ std::vector<double> lse_shift_bounds(const CaseData& data) {
                                : data.inputs.k.at(key, p.kv_head(h), d);
           sum += std::fabs(double(data.inputs.q.at(i, h, d)) * m);
         }
-        bound[size_t(h) * p.total_q() + i] = sum * p.softmax_scale;
+        // The kernel sums in FP32 before scaling: a sum beyond FP32's range is not comparable.
+        const bool in_range = sum <= std::numeric_limits<float>::max();
+        bound[size_t(h) * p.total_q() + i] =
+            in_range ? sum * p.softmax_scale : std::numeric_limits<double>::infinity();
       }
   }
   return bound;
@@ -540,8 +622,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, QuantizeKernelTest, ::testing::ValuesIn(quantize
 // Same inputs, same bytes: the pass has no order-dependent arithmetic.
 TEST(QuantizeKernel, Deterministic) {
   FLAMIA_REQUIRE_SM90();
-  const QuantizeCase c = {"deterministic", kAwkwardDocs, {}, 4, 2, 128, ScaleMode::kBlock32,
-                          KeySmoothing::kFirstKey};
+  const QuantizeCase c = {"deterministic",     kAwkwardDocs,           {}, 4, 2, 128,
+                          ScaleMode::kBlock32, KeySmoothing::kFirstKey};
   CaseData data(c);
   const int tq = data.problem.total_q();
   const DeviceInput q = upload(data.inputs.q, c.layout);
@@ -588,8 +670,8 @@ TEST(QuantizeKernel, Deterministic) {
 // nothing: every output keeps its poison.
 TEST(QuantizeKernel, DeviceStatusSkipsAllWork) {
   FLAMIA_REQUIRE_SM90();
-  const QuantizeCase c = {"status", kAwkwardDocs, {}, 2, 1, 64, ScaleMode::kBlock32,
-                          KeySmoothing::kFirstKey};
+  const QuantizeCase c = {
+      "status", kAwkwardDocs, {}, 2, 1, 64, ScaleMode::kBlock32, KeySmoothing::kFirstKey};
   CaseData data(c);
   const int tq = data.problem.total_q(), tk = data.problem.total_k(), dim = c.head_dim;
   const DeviceInput q = upload(data.inputs.q, c.layout);

@@ -1,6 +1,7 @@
 // The backward kernel (docs/numerics.md §5) for sm_90a.
 //
-// Grid: x = document * key_tiles_per_doc + key tile, y = KV head. One CTA of two consumer
+// Grid: x = KV head * key tile pairs + rank in the launch order (backward_schedule.h: the
+// (document, key tile) pairs with the most work first). One CTA of two consumer
 // warpgroups per (KV head, 128-key tile starting at floor16(k_start) + n * 128); warpgroup w
 // owns keys 64w .. 64w + 63 of the tile. For every query tile (64 queries from
 // floor16(q_start) + m * 64; causal: from the first that sees the key tile) and every query
@@ -15,8 +16,9 @@
 //   added to the FP32 dQ buffer (atomics, or in key-tile order when deterministic).
 // dK and dV stay in registers across the whole CTA and are written once, as BF16.
 //
-// This is the plain first version: cooperative (non-TMA) loads, no warp specialization, no
-// pipelining between steps.
+// Loads: cooperative cp.async copies (all threads), pipelined one step ahead over two
+// shared-memory stages (query_pipeline.cuh): the copies and the query factors of step s + 1 are
+// in flight while step s runs its products. No warp specialization.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -29,6 +31,7 @@
 #include "kernels/backward/backward_params.h"
 #include "kernels/backward/dq_accumulate.cuh"
 #include "kernels/backward/mma.cuh"
+#include "kernels/backward/query_pipeline.cuh"
 #include "kernels/backward/score_gradient.cuh"
 #include "kernels/backward/shared_storage.cuh"
 #include "kernels/backward/tile_factors.cuh"
@@ -39,89 +42,25 @@
 
 namespace flamia::backward {
 
-// ---- loads --------------------------------------------------------------------------------------
-
-template <int kHeadDim, bool kBf16Grad>
-__device__ __forceinline__ void load_key_tiles(BackwardStorage<kHeadDim, kBf16Grad>& smem,
-                                               const BackwardParams& p, const KeyTileItem& item) {
-  const TokenRange keys{item.span.k_start, item.span.k_end};
-  const int64_t pitch = int64_t(p.heads_kv) * kHeadDim;
-  const int g = item.kv_head;
-  Fp8RowsCopy<kBlockN, kHeadDim> k;
-  k.fetch(p.k + int64_t(g) * kHeadDim, pitch, item.key0, keys);
-  if constexpr (kBf16Grad) {
-    Bf16RowsCopy<kBlockN, kHeadDim> v;
-    Bf16TransposedCopy<kBlockN, kHeadDim> k_t;
-    v.fetch(p.v16, g, item.key0, keys);
-    k_t.fetch(p.k16, g, item.key0, keys);
-    k.store(smem.k);
-    v.store(smem.v16);
-    k_t.store(smem.k16_t);
-  } else {
-    Fp8RowsCopy<kBlockN, kHeadDim> v;
-    Fp8TokenMajorCopy<kHeadDim, kBlockN, /*permuted=*/false> k_centered_t;
-    v.fetch(p.v + int64_t(g) * kHeadDim, pitch, item.key0, keys);
-    k_centered_t.fetch(p.k_centered_t + int64_t(g) * kHeadDim * p.padded_k, p.padded_k, item.key0,
-                       keys);
-    k.store(smem.k);
-    v.store(smem.v);
-    k_centered_t.store(smem.k_centered_t);
-  }
-}
-
-// All of the step's global loads are issued before the first shared-memory store.
-template <int kHeadDim, bool kBf16Grad>
-__device__ __forceinline__ void load_query_tiles(BackwardStorage<kHeadDim, kBf16Grad>& smem,
-                                                 const BackwardParams& p, const KeyTileItem& item,
-                                                 int head, int q0) {
-  const TokenRange queries{item.span.q_start, item.span.q_end};
-  const int64_t pitch = int64_t(p.heads_q) * kHeadDim;
-  const int64_t token_major_head = int64_t(head) * kHeadDim * p.padded_q;
-  Fp8RowsCopy<kBlockM, kHeadDim> q;
-  Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true> d_o_scaled_t;
-  q.fetch(p.q + int64_t(head) * kHeadDim, pitch, q0, queries);
-  d_o_scaled_t.fetch(p.d_o_scaled_t + token_major_head, p.padded_q, q0, queries);
-  if constexpr (kBf16Grad) {
-    Bf16RowsCopy<kBlockM, kHeadDim> d_o;
-    Bf16TransposedCopy<kBlockM, kHeadDim> q_t;
-    d_o.fetch(p.d_o16, head, q0, queries);
-    q_t.fetch(p.q16, head, q0, queries);
-    load_query_factors(smem.query, p, item, head, q0);
-    q.store(smem.q);
-    d_o_scaled_t.store(smem.d_o_scaled_t);
-    d_o.store(smem.d_o16);
-    q_t.store(smem.q16_t);
-  } else {
-    Fp8RowsCopy<kBlockM, kHeadDim> d_o;
-    Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true> q_t;
-    d_o.fetch(p.d_o + int64_t(head) * kHeadDim, pitch, q0, queries);
-    q_t.fetch(p.q_t + token_major_head, p.padded_q, q0, queries);
-    load_query_factors(smem.query, p, item, head, q0);
-    q.store(smem.q);
-    d_o_scaled_t.store(smem.d_o_scaled_t);
-    d_o.store(smem.d_o);
-    q_t.store(smem.q_t);
-  }
-}
-
 // ---- products ---------------------------------------------------------------------------------
 
 // Sᵀ of the warpgroup's 64 keys against the tile's 64 queries and the first half of dPᵀ
 // (queries 0..31), or the second half of dPᵀ alone. Committed, not waited for.
 template <int kHeadDim, bool kBf16Grad>
-__device__ __forceinline__ void mma_score_gradient_half(float (&dp)[kHalfScoreRegisters],
-                                                        BackwardStorage<kHeadDim, kBf16Grad>& smem,
-                                                        int key_row0, int half) {
+__device__ __forceinline__ void mma_score_gradient_half(
+    float (&dp)[kHalfScoreRegisters], const BackwardStorage<kHeadDim, kBf16Grad>& smem,
+    const typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& tiles, int key_row0,
+    int half) {
   constexpr int kHalfColumns = kBlockM / kScoreHalves;
   if constexpr (kBf16Grad) {
-    const uint8_t* d_o = smem.d_o16 + half * kHalfColumns * kPanelBytes;
+    const uint8_t* d_o = tiles.d_o16 + half * kHalfColumns * kPanelBytes;
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / kBf16MmaK; ++kk)
       mma_bf16_ss<kHalfColumns>(
           dp, paneled_desc(smem.v16 + key_row0 * kPanelBytes, kBlockN * kPanelBytes, kk),
           paneled_desc(d_o, kBlockM * kPanelBytes, kk), kk > 0);
   } else {
-    const uint8_t* d_o = smem.d_o + half * kHalfColumns * kHeadDim;
+    const uint8_t* d_o = tiles.d_o + half * kHalfColumns * kHeadDim;
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / kFp8MmaK; ++kk)
       mma_fp8_ss<kHalfColumns>(dp, fp8_desc<kHeadDim>(smem.v + key_row0 * kHeadDim, kk),
@@ -130,13 +69,13 @@ __device__ __forceinline__ void mma_score_gradient_half(float (&dp)[kHalfScoreRe
 }
 
 template <int kHeadDim, bool kBf16Grad>
-__device__ __forceinline__ void mma_scores(float (&s)[kScoreRegisters],
-                                           BackwardStorage<kHeadDim, kBf16Grad>& smem,
-                                           int key_row0) {
+__device__ __forceinline__ void mma_scores(
+    float (&s)[kScoreRegisters], const BackwardStorage<kHeadDim, kBf16Grad>& smem,
+    const typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& tiles, int key_row0) {
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / kFp8MmaK; ++kk)
     mma_fp8_ss<kBlockM>(s, fp8_desc<kHeadDim>(smem.k + key_row0 * kHeadDim, kk),
-                        fp8_desc<kHeadDim>(smem.q, kk), kk > 0);
+                        fp8_desc<kHeadDim>(tiles.q, kk), kk > 0);
 }
 
 // dV += P̂ᵀ dÔ'' (64 queries = 2 k32 steps; B = dÔ''ᵀ [d][query], 64-byte rows). Not committed.
@@ -202,13 +141,16 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
                                               BackwardStorage<kHeadDim, kBf16Grad>& smem,
                                               KeyGradientState<kHeadDim>& state,
                                               const KeyRowFactors& key,
-                                              const int (&tile_row)[kRowsPerThread], int head,
-                                              int q0) {
+                                              const int (&tile_row)[kRowsPerThread],
+                                              const StepCursor& step) {
   using Tile = BackwardTile<kHeadDim>;
+  const auto& tiles = smem.stage[step.stage];
+  const int head = step.head(item, p.group_size);
+  const int q0 = step.q0;
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   const int warp = (threadIdx.x / kWarpSize) % kWarpsPerWarpgroup;
   const int lane = threadIdx.x % kWarpSize;
-  QueryFactors& qf = smem.query;
+  QueryFactors& qf = smem.query[step.stage];
 
   const int key_row0 = warpgroup * kKeysPerWarpgroup;
   float s[kScoreRegisters];
@@ -216,8 +158,8 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
   {
     float dp[kHalfScoreRegisters];
     hopper::warpgroup_fence();
-    mma_scores<kHeadDim, kBf16Grad>(s, smem, key_row0);
-    mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, key_row0, 0);
+    mma_scores<kHeadDim, kBf16Grad>(s, smem, tiles, key_row0);
+    mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, tiles, key_row0, 0);
     hopper::warpgroup_commit();
     hopper::warpgroup_wait<0>();
     hopper::fence_registers(s);
@@ -232,7 +174,7 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
   {
     float dp[kHalfScoreRegisters];
     hopper::warpgroup_fence();
-    mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, key_row0, 1);
+    mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, tiles, key_row0, 1);
     hopper::warpgroup_commit();
     hopper::warpgroup_wait<0>();
     hopper::fence_registers(dp);
@@ -253,10 +195,10 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
     uint32_t a[kBlockM / kBf16MmaK][4];
     accumulator_to_bf16_operand(ds, a);
     hopper::warpgroup_fence();
-    mma_value_gradient<kHeadDim>(state.dv, p_hat, smem.d_o_scaled_t);
+    mma_value_gradient<kHeadDim>(state.dv, p_hat, tiles.d_o_scaled_t);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / kBf16MmaK; ++kk)
-      mma_bf16_rs<kHeadDim>(state.dk, a[kk], paneled_desc(smem.q16_t, kHeadDim * kPanelBytes, kk),
+      mma_bf16_rs<kHeadDim>(state.dk, a[kk], paneled_desc(tiles.q16_t, kHeadDim * kPanelBytes, kk),
                             1);
     hopper::warpgroup_commit();
 
@@ -279,10 +221,10 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
     state.dk_unit[0] = gk[0];
     state.dk_unit[1] = gk[1];
     hopper::warpgroup_fence();
-    mma_value_gradient<kHeadDim>(state.dv, p_hat, smem.d_o_scaled_t);
+    mma_value_gradient<kHeadDim>(state.dv, p_hat, tiles.d_o_scaled_t);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / kFp8MmaK; ++kk)
-      mma_fp8_rs<kHeadDim>(state.dk, h[kk], fp8_desc<kBlockM>(smem.q_t, kk), 1);
+      mma_fp8_rs<kHeadDim>(state.dk, h[kk], fp8_desc<kBlockM>(tiles.q_t, kk), 1);
     hopper::warpgroup_commit();
 
     // dQ's per-(query, 128-key block) scale needs the amax over both warpgroups' keys.
@@ -308,7 +250,7 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
 
   const bool ordered = p.deterministic != 0;
   int32_t* semaphore = ordered ? dq_semaphore(p, item, head, q0) : nullptr;
-  const int turn = blockIdx.x % p.key_tiles_per_doc;
+  const int turn = item.tile;
   if (ordered) wait_for_dq_turn(semaphore, turn);
   add_dq_partial<kHeadDim>(p, dq, qf, head, q0, dq_col0, warp, lane, ordered);
   if (ordered) pass_dq_turn(semaphore, turn + 1);
@@ -370,8 +312,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int lane = threadIdx.x % kWarpSize;
   const int first_row = warpgroup * kKeysPerWarpgroup + 16 * warp + lane / 4;
   const int tile_row[kRowsPerThread] = {first_row, first_row + 8};
+  StepCursor step = first_step(item, p.causal != 0);
+  QueryFactorFetch factors;
+  issue_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
+  issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
+  async_copy_commit();
   const KeyRowFactors key = load_key_factors(p, item, tile_row);
-  load_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
 
   KeyGradientState<kHeadDim> state;
 #pragma unroll
@@ -383,20 +329,16 @@ __global__ void __launch_bounds__(kThreads, 1)
   state.dk_unit[0] = 0;
   state.dk_unit[1] = 0;
 
-  const bool causal = p.causal != 0;
-  // A document without queries has no query tile (floor16(q_start) may still lie below q_end).
-  const int q_begin =
-      item.span.q_end > item.span.q_start ? floor_to_group(item.span.q_start) : item.span.q_end;
-  for (int q0 = q_begin; q0 < item.span.q_end; q0 += kBlockM) {
-    if (!query_tile_sees_key_tile(item, q0, causal)) continue;
-    for (int member = 0; member < p.group_size; ++member) {
-      const int head = item.kv_head * p.group_size + member;
-      __syncthreads();  // every reader of the previous step's query tiles and factors is done
-      load_query_tiles<kHeadDim, kBf16Grad>(smem, p, item, head, q0);
-      hopper::fence_proxy_async_shared();
-      __syncthreads();
-      backward_step<kHeadDim, kBf16Grad>(p, item, smem, state, key, tile_row, head, q0);
-    }
+  async_copy_wait_all();
+  finish_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
+  finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
+  while (step.valid(item)) {
+    const StepCursor next = step.next(p.group_size);
+    issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
+    async_copy_commit();
+    backward_step<kHeadDim, kBf16Grad>(p, item, smem, state, key, tile_row, step);
+    finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
+    step = next;
   }
   write_key_gradients<kHeadDim, kBf16Grad>(p, state, tile_row);
 }

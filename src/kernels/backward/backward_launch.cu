@@ -1,6 +1,6 @@
 // launch_backward: BackwardKernelArgs -> kernel parameters, scratch carving, and the launch
 // sequence on the caller's stream (no host synchronisation, graph-capturable):
-//   1. zero the FP32 dQ buffer (and the deterministic semaphores),
+//   1. zero the FP32 dQ buffer (and the deterministic semaphores); plan the CTA launch order,
 //   2. the backward kernel (dK, dV written; dQ partials accumulated),
 //   3. the dQ post-pass (FP32 -> BF16 into the strided output).
 #include <cuda_runtime.h>
@@ -14,6 +14,7 @@
 #include "kernels/backward/backward_config.h"
 #include "kernels/backward/backward_kernel_launch.h"
 #include "kernels/backward/backward_params.h"
+#include "kernels/backward/backward_schedule.h"
 #include "kernels/backward/dq_accumulate.cuh"
 
 namespace flamia {
@@ -35,8 +36,12 @@ int key_tiles_per_doc(const PackedShape& s) {
   return (s.max_seqlen_k + kPermutationGroup - 1 + backward::kBlockN - 1) / backward::kBlockN;
 }
 
+int key_tile_pairs(const PackedShape& s) {
+  return s.batch * key_tiles_per_doc(s);
+}
+
 backward::BackwardParams make_params(const BackwardKernelArgs& a, float* dq_accum,
-                                     int32_t* semaphores) {
+                                     int32_t* semaphores, const int32_t* tile_order) {
   const PackedShape& s = a.shape;
   backward::BackwardParams p{};
   p.cu_seqlens_q = s.cu_seqlens_q;
@@ -50,6 +55,8 @@ backward::BackwardParams make_params(const BackwardKernelArgs& a, float* dq_accu
   p.heads_kv = s.heads_kv;
   p.group_size = s.group_size();
   p.key_tiles_per_doc = key_tiles_per_doc(s);
+  p.key_tile_pairs = key_tile_pairs(s);
+  p.tile_order = tile_order;
   p.causal = s.causal ? 1 : 0;
   p.deterministic = a.deterministic ? 1 : 0;
   p.softmax_scale = a.softmax_scale;
@@ -87,8 +94,8 @@ cudaError_t launch_for_head_dim(const BackwardKernelArgs& a, const backward::Bac
                                 cudaStream_t stream) {
   const PackedShape& s = a.shape;
   const bool bf16_grad = a.precision == BackwardPrecision::kFp8Bf16Grad;
-  if (p.key_tiles_per_doc > 0 && s.batch > 0 && s.heads_kv > 0) {
-    const dim3 grid(unsigned(s.batch) * unsigned(p.key_tiles_per_doc), unsigned(s.heads_kv));
+  if (p.key_tile_pairs > 0 && s.heads_kv > 0) {
+    const dim3 grid(unsigned(p.key_tile_pairs) * unsigned(s.heads_kv));
     const cudaError_t error =
         bf16_grad ? backward::launch_backward_kernel<kHeadDim, true>(p, grid, stream)
                   : backward::launch_backward_kernel<kHeadDim, false>(p, grid, stream);
@@ -108,6 +115,7 @@ cudaError_t launch_for_head_dim(const BackwardKernelArgs& a, const backward::Bac
 size_t backward_scratch_bytes(const PackedShape& shape, bool deterministic) {
   size_t bytes = align_up(dq_accum_bytes(shape));
   if (deterministic) bytes += align_up(dq_semaphore_bytes(shape));
+  bytes += align_up(backward::tile_order_bytes(key_tile_pairs(shape)));
   return bytes;
 }
 
@@ -125,13 +133,17 @@ cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream)
   float* dq_accum = carver.take<float>(size_t(s.total_q) * s.heads_q * s.head_dim);
   int32_t* semaphores =
       args.deterministic ? carver.take<int32_t>(size_t(s.heads_q) * s.total_q) : nullptr;
+  int32_t* tile_order = carver.take<int32_t>(size_t(key_tile_pairs(s)));
 
   cudaError_t error = cudaMemsetAsync(dq_accum, 0, dq_accum_bytes(s), stream);
   if (error == cudaSuccess && semaphores != nullptr)
     error = cudaMemsetAsync(semaphores, 0, dq_semaphore_bytes(s), stream);
+  if (error == cudaSuccess && key_tile_pairs(s) > 0)
+    error = backward::launch_backward_schedule(s, key_tiles_per_doc(s), args.device_status,
+                                               tile_order, stream);
   if (error != cudaSuccess) return error;
 
-  const backward::BackwardParams p = make_params(args, dq_accum, semaphores);
+  const backward::BackwardParams p = make_params(args, dq_accum, semaphores, tile_order);
   return s.head_dim == 64 ? launch_for_head_dim<64>(args, p, stream)
                           : launch_for_head_dim<128>(args, p, stream);
 }

@@ -18,8 +18,10 @@ struct BackwardParams {
   int padded_k;
   int heads_q;
   int heads_kv;
-  int group_size;         // query heads per KV head
-  int key_tiles_per_doc;  // grid.x = batch * key_tiles_per_doc
+  int group_size;  // query heads per KV head
+  int key_tiles_per_doc;
+  int key_tile_pairs;         // batch * key_tiles_per_doc; grid.x = key_tile_pairs * heads_kv
+  const int32_t* tile_order;  // [key_tile_pairs] launch order (backward_schedule.h)
   int causal;
   int deterministic;
   float softmax_scale;

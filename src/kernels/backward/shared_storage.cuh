@@ -12,35 +12,52 @@
 
 namespace flamia::backward {
 
-// precision fp8: all five products in FP8.
+// Query-side tiles of one step (one 64-query tile of one query head). The CTA keeps
+// kQueryStages of them: the copies of step s + 1 land in one while step s reads the other.
+constexpr int kQueryStages = 2;
+
+// precision fp8.
 template <int kHeadDim>
-struct Fp8Storage {
-  // Key tile (loaded once per CTA).
-  alignas(kTileAlignment) uint8_t k[kBlockN * kHeadDim];             // K̂ rows (Sᵀ's A)
-  alignas(kTileAlignment) uint8_t v[kBlockN * kHeadDim];             // V̂ rows (dPᵀ's A)
-  alignas(kTileAlignment) uint8_t k_centered_t[kHeadDim * kBlockN];  // K̂cᵀ [d][key] (dQ's B)
-  // Query tile (per query tile and head).
+struct Fp8QueryStage {
   alignas(kTileAlignment) uint8_t q[kBlockM * kHeadDim];             // Q̂ rows (Sᵀ's B)
   alignas(kTileAlignment) uint8_t d_o[kBlockM * kHeadDim];           // dÔ rows (dPᵀ's B)
   alignas(kTileAlignment) uint8_t q_t[kHeadDim * kBlockM];           // Q̂ᵀ [d][query] (dK's B)
   alignas(kTileAlignment) uint8_t d_o_scaled_t[kHeadDim * kBlockM];  // dÔ''ᵀ (dV's B)
-  alignas(kTileAlignment) uint8_t g[kBlockM * kBlockN];              // Ĝ [query][key] (dQ's A)
-  QueryFactors query;
+};
+
+// precision fp8-bf16grad.
+template <int kHeadDim>
+struct Bf16GradQueryStage {
+  alignas(kTileAlignment) uint8_t q[kBlockM * kHeadDim];             // Q̂ rows (Sᵀ's B)
+  alignas(kTileAlignment) uint8_t d_o16[kBlockM * kHeadDim * 2];     // dO rows (dPᵀ's B)
+  alignas(kTileAlignment) uint8_t q16_t[kHeadDim * kBlockM * 2];     // Qᵀ [d][query] (dK's B)
+  alignas(kTileAlignment) uint8_t d_o_scaled_t[kHeadDim * kBlockM];  // dÔ''ᵀ (dV's B)
+};
+
+// precision fp8: all five products in FP8.
+template <int kHeadDim>
+struct Fp8Storage {
+  using QueryStage = Fp8QueryStage<kHeadDim>;
+  // Key tile (loaded once per CTA).
+  alignas(kTileAlignment) uint8_t k[kBlockN * kHeadDim];             // K̂ rows (Sᵀ's A)
+  alignas(kTileAlignment) uint8_t v[kBlockN * kHeadDim];             // V̂ rows (dPᵀ's A)
+  alignas(kTileAlignment) uint8_t k_centered_t[kHeadDim * kBlockN];  // K̂cᵀ [d][key] (dQ's B)
+  QueryStage stage[kQueryStages];
+  alignas(kTileAlignment) uint8_t g[kBlockM * kBlockN];  // Ĝ [query][key] (dQ's A)
+  QueryFactors query[kQueryStages];
   float column_amax[kWarps][kBlockM];
 };
 
 // precision fp8-bf16grad: Sᵀ and dV in FP8; dPᵀ, dK and dQ in BF16 from the BF16 inputs.
 template <int kHeadDim>
 struct Bf16GradStorage {
-  alignas(kTileAlignment) uint8_t k[kBlockN * kHeadDim];             // K̂ rows (Sᵀ's A)
-  alignas(kTileAlignment) uint8_t v16[kBlockN * kHeadDim * 2];       // V rows (dPᵀ's A)
-  alignas(kTileAlignment) uint8_t k16_t[kHeadDim * kBlockN * 2];     // Kᵀ [d][key] (dQ's B)
-  alignas(kTileAlignment) uint8_t q[kBlockM * kHeadDim];             // Q̂ rows (Sᵀ's B)
-  alignas(kTileAlignment) uint8_t d_o16[kBlockM * kHeadDim * 2];     // dO rows (dPᵀ's B)
-  alignas(kTileAlignment) uint8_t q16_t[kHeadDim * kBlockM * 2];     // Qᵀ [d][query] (dK's B)
-  alignas(kTileAlignment) uint8_t d_o_scaled_t[kHeadDim * kBlockM];  // dÔ''ᵀ (dV's B)
-  alignas(kTileAlignment) uint8_t ds16[kBlockM * kBlockN * 2];       // dS [query][key] (dQ's A)
-  QueryFactors query;
+  using QueryStage = Bf16GradQueryStage<kHeadDim>;
+  alignas(kTileAlignment) uint8_t k[kBlockN * kHeadDim];          // K̂ rows (Sᵀ's A)
+  alignas(kTileAlignment) uint8_t v16[kBlockN * kHeadDim * 2];    // V rows (dPᵀ's A)
+  alignas(kTileAlignment) uint8_t k16_t[kHeadDim * kBlockN * 2];  // Kᵀ [d][key] (dQ's B)
+  QueryStage stage[kQueryStages];
+  alignas(kTileAlignment) uint8_t ds16[kBlockM * kBlockN * 2];  // dS [query][key] (dQ's A)
+  QueryFactors query[kQueryStages];
 };
 
 template <int kHeadDim, bool kBf16Grad>
@@ -52,5 +69,9 @@ constexpr size_t backward_smem_bytes() {
   // + alignment slack: dynamic shared memory is only guaranteed 16-byte aligned.
   return sizeof(BackwardStorage<kHeadDim, kBf16Grad>) + kTileAlignment;
 }
+
+// The largest configuration (BF16grad, hdim 128) must fit the 227 KB an sm_90 CTA may use.
+constexpr size_t kMaxDynamicSharedBytes = 227 * 1024;
+static_assert(backward_smem_bytes<128, true>() <= kMaxDynamicSharedBytes, "shared memory");
 
 }  // namespace flamia::backward

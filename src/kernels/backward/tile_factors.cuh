@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
+#include "kernels/backward/async_copy.cuh"
 #include "kernels/backward/backward_config.h"
 #include "kernels/backward/backward_params.h"
 #include "kernels/backward/tile_geometry.cuh"
@@ -63,7 +64,8 @@ struct QueryFactors {
   float offset[kBlockM];              // M_i - 8 (softmax_offset of the saved integer M_i)
   float inv_l[kBlockM];               // 1 / l_i
   float d_o_scale[kBlockM];           // 2^edo_i
-  float delta[kBlockM];               // D_i
+  float delta[kBlockM];               // D_i (copied as is by cp.async)
+  float2 softmax_stats[kBlockM];      // {M_i, l_i} as saved (cp.async staging for the above)
   float q_scale[kBlockM];             // 2^eq_i (folded into dK's dS operand)
   int visibility[kBlockM];            // query_visibility_index
   float dq_scale[kBlockM];            // softmax_scale * 2^gq_i, set per step once gq is known
@@ -71,36 +73,67 @@ struct QueryFactors {
   int value_block_exp;                // ew of the tile: one dO'' exponent per 64-query block
 };
 
-// Threads 0..kBlockM-1 fill the factors of query rows q0 .. q0 + 63 of head h.
-__device__ __forceinline__ void load_query_factors(QueryFactors& f, const BackwardParams& p,
-                                                   const KeyTileItem& item, int head, int q0) {
-  const int t = threadIdx.x;
-  if (t >= kBlockM) return;
-  const int i = q0 + t;
-  const int visibility = query_visibility_index(item.span, i, p.causal != 0);
-  const bool valid = visibility != kQueryOutside;
-  const int64_t at = int64_t(head) * p.total_q + i;
-  const int eq = valid ? p.q_exp[at] : 0;
-  const float m = valid ? p.softmax_stats[2 * at] : 0.0f;
-  const float l = valid ? p.softmax_stats[2 * at + 1] : 0.0f;
-  f.row_factor[t] = query_row_factor(p.scale_log2, eq);
-  f.offset[t] = softmax_offset(m);
-  // A valid row always has l > 0 when it sees a key (its own diagonal key at least); rows with
-  // l = 0 see no key, so every element is masked and the value is never used.
-  f.inv_l[t] = l > 0.0f ? 1.0f / l : 0.0f;
-  f.d_o_scale[t] = exp2_int(valid ? p.d_o_exp[at] : 0);
-  f.delta[t] = valid ? p.delta[at] : 0.0f;
-  f.q_scale[t] = exp2_int(eq);
-  f.visibility[t] = visibility;
-  // dQ's row scale: softmax_scale alone for BF16grad; the FP8 path adds 2^gq_i per step.
-  f.dq_scale[t] = p.softmax_scale;
-  f.dq_inv_block_scale[t] = 1.0f;
-  if (t == 0) {
-    // dO'' scale blocks are [floor16(q_start) + 64 m, ...) ∩ document: the tile's own range.
-    const int first_valid = max(q0, item.span.q_start);
-    f.value_block_exp = p.d_o_scaled_exp[int64_t(head) * p.total_q + first_valid];
+// The global inputs of one step's QueryFactors, fetched a step ahead by threads 0..kBlockM-1
+// (query row q0 + thread of head h) and turned into QueryFactors after the current step, so
+// that their latency hides behind the current step's work. The FP32 inputs (M, l, D) travel by
+// cp.async straight into the step's QueryFactors (D is final as loaded; M, l are staged); the
+// three 8-bit exponents wait in one packed register. store() computes exactly what a one-phase
+// load computes (invalid rows: every input 0).
+struct QueryFactorFetch {
+  uint32_t exponents;  // bytes: eq_i, edo_i, ew of the tile (thread 0 only)
+
+  static constexpr int kQueryExpShift = 0;
+  static constexpr int kDoExpShift = 8;
+  static constexpr int kBlockExpShift = 16;
+  static constexpr uint32_t kByteMask = 0xFFu;
+
+  __device__ __forceinline__ static uint32_t pack(int e, int shift) {
+    return (uint32_t(e) & kByteMask) << shift;
   }
-}
+  __device__ __forceinline__ int unpack(int shift) const {
+    return int(int8_t(uint8_t((exponents >> shift) & kByteMask)));
+  }
+
+  // Issues the copies into `f` (the caller commits them) and the exponent loads.
+  __device__ __forceinline__ void fetch(QueryFactors& f, const BackwardParams& p,
+                                        const KeyTileItem& item, int head, int q0) {
+    const int t = threadIdx.x;
+    if (t >= kBlockM) return;
+    const int i = q0 + t;
+    const bool valid = query_visibility_index(item.span, i, p.causal != 0) != kQueryOutside;
+    const int64_t at = valid ? int64_t(head) * p.total_q + i : 0;
+    async_copy_small<sizeof(float2)>(&f.softmax_stats[t], p.softmax_stats + 2 * at, valid);
+    async_copy_small<sizeof(float)>(&f.delta[t], p.delta + at, valid);
+    exponents = pack(valid ? p.q_exp[at] : 0, kQueryExpShift) |
+                pack(valid ? p.d_o_exp[at] : 0, kDoExpShift);
+    if (t == 0) {
+      // dO'' scale blocks are [floor16(q_start) + 64 m, ...) ∩ document: the tile's own range.
+      const int first_valid = max(q0, item.span.q_start);
+      exponents |= pack(p.d_o_scaled_exp[int64_t(head) * p.total_q + first_valid], kBlockExpShift);
+    }
+  }
+
+  // After async_copy_wait_all() (this thread's copies of `f` have landed).
+  __device__ __forceinline__ void store(QueryFactors& f, const BackwardParams& p,
+                                        const KeyTileItem& item, int q0) const {
+    const int t = threadIdx.x;
+    if (t >= kBlockM) return;
+    const int eq = unpack(kQueryExpShift);
+    const float2 stats = f.softmax_stats[t];  // {M, l}
+    f.row_factor[t] = query_row_factor(p.scale_log2, eq);
+    f.offset[t] = softmax_offset(stats.x);
+    // A valid row always has l > 0 when it sees a key (its own diagonal key at least); rows with
+    // l = 0 see no key, so every element is masked and the value is never used.
+    f.inv_l[t] = stats.y > 0.0f ? 1.0f / stats.y : 0.0f;
+    f.d_o_scale[t] = exp2_int(unpack(kDoExpShift));
+    f.q_scale[t] = exp2_int(eq);
+    f.visibility[t] = query_visibility_index(item.span, q0 + t, p.causal != 0);
+    // dQ's row scale: softmax_scale alone for BF16grad; the FP8 path adds 2^gq_i per step.
+    f.dq_scale[t] = p.softmax_scale;
+    f.dq_inv_block_scale[t] = 1.0f;
+    if (t == 0) f.value_block_exp = unpack(kBlockExpShift);
+  }
+};
 
 // 2^e for any integer e, clamped to FP32's normal powers of two: an exact rescale factor as
 // long as accumulated units stay within 2^±126 of each other.

@@ -22,27 +22,40 @@ struct DocumentSpan {
 // The CTA's work item: document, key tile of that document, KV head.
 struct KeyTileItem {
   int doc;
+  int tile;  // key tile index within the document (the deterministic dQ turn)
   int kv_head;
   DocumentSpan span;
   int key0;  // first key row of the tile: floor16(k_start) + tile * kBlockN
 };
 
-__device__ __forceinline__ KeyTileItem key_tile_item(const BackwardParams& p) {
+__host__ __device__ __forceinline__ KeyTileItem make_key_tile_item(const int32_t* cu_seqlens_q,
+                                                                   const int32_t* cu_seqlens_k,
+                                                                   int doc, int tile, int kv_head) {
   KeyTileItem item;
-  // Key tiles of one (document, KV head) have consecutive block indices in increasing order:
-  // the deterministic dQ ordering waits only on lower-indexed (earlier dispatched) CTAs.
-  item.doc = blockIdx.x / p.key_tiles_per_doc;
-  const int tile = blockIdx.x % p.key_tiles_per_doc;
-  item.kv_head = blockIdx.y;
-  item.span.q_start = p.cu_seqlens_q[item.doc];
-  item.span.q_end = p.cu_seqlens_q[item.doc + 1];
-  item.span.k_start = p.cu_seqlens_k[item.doc];
-  item.span.k_end = p.cu_seqlens_k[item.doc + 1];
+  item.doc = doc;
+  item.tile = tile;
+  item.kv_head = kv_head;
+  item.span.q_start = cu_seqlens_q[doc];
+  item.span.q_end = cu_seqlens_q[doc + 1];
+  item.span.k_start = cu_seqlens_k[doc];
+  item.span.k_end = cu_seqlens_k[doc + 1];
   item.key0 = floor_to_group(item.span.k_start) + tile * kBlockN;
   return item;
 }
 
-__device__ __forceinline__ bool key_tile_is_empty(const KeyTileItem& item) {
+// The launch order (backward_schedule.h): block x = kv_head * key_tile_pairs + rank, and
+// tile_order[rank] = doc * key_tiles_per_doc + tile, sorted by descending work with the tiles
+// of one document in increasing order. So the key tiles of one (document, KV head) have
+// increasing block indices in increasing tile order: the deterministic dQ ordering waits only
+// on lower-indexed (earlier dispatched) CTAs.
+__device__ __forceinline__ KeyTileItem key_tile_item(const BackwardParams& p) {
+  const int kv_head = blockIdx.x / p.key_tile_pairs;
+  const int pair = p.tile_order[blockIdx.x % p.key_tile_pairs];
+  return make_key_tile_item(p.cu_seqlens_q, p.cu_seqlens_k, pair / p.key_tiles_per_doc,
+                            pair % p.key_tiles_per_doc, kv_head);
+}
+
+__host__ __device__ __forceinline__ bool key_tile_is_empty(const KeyTileItem& item) {
   return item.span.k_end <= item.span.k_start || item.key0 >= item.span.k_end;
 }
 
@@ -63,12 +76,38 @@ __device__ __forceinline__ int query_visibility_index(const DocumentSpan& s, int
 }
 
 // Causal: a query tile whose last row lies before the key tile's first key sees nothing of it.
-__device__ __forceinline__ bool query_tile_sees_key_tile(const KeyTileItem& item, int q0,
-                                                         bool causal) {
+__host__ __device__ __forceinline__ bool query_tile_sees_key_tile(const KeyTileItem& item, int q0,
+                                                                  bool causal) {
   if (!causal) return true;
   const int last_q = min(q0 + kBlockM, item.span.q_end) - 1;
   const int first_k = max(item.key0, item.span.k_start);
   return last_q - item.span.q_start >= first_k - item.span.k_start;
+}
+
+// The first query tile (q0) that sees the key tile, or a value >= q_end when none does. Query
+// tiles start at floor16(q_start) + m * kBlockM. Visibility is monotone in q0 (a later tile has
+// later rows), so every later tile sees the key tile too. Closed form of "the first q0 for which
+// query_tile_sees_key_tile holds": min(q0 + kBlockM, q_end) - 1 - q_start >= need holds iff
+// q_end - 1 - q_start >= need and q0 >= need + q_start + 1 - kBlockM.
+__host__ __device__ __forceinline__ int first_visible_query_tile(const KeyTileItem& item,
+                                                                 bool causal) {
+  // A document without queries has no query tile (floor16(q_start) may still lie below q_end).
+  if (item.span.q_end <= item.span.q_start) return item.span.q_end;
+  const int q_begin = floor_to_group(item.span.q_start);
+  if (!causal) return q_begin;
+  const int first_k = max(item.key0, item.span.k_start);
+  const int need = first_k - item.span.k_start;
+  if (item.span.q_end - 1 - item.span.q_start < need) return item.span.q_end;
+  const int lowest = need + item.span.q_start + 1 - kBlockM - q_begin;
+  const int m = lowest > 0 ? (lowest + kBlockM - 1) / kBlockM : 0;
+  return q_begin + m * kBlockM;
+}
+
+// Query tiles the key tile visits per query head (the CTA's work is this times group_size).
+__host__ __device__ __forceinline__ int key_tile_query_tiles(const KeyTileItem& item, bool causal) {
+  if (key_tile_is_empty(item)) return 0;
+  const int q0 = first_visible_query_tile(item, causal);
+  return q0 < item.span.q_end ? (item.span.q_end - q0 + kBlockM - 1) / kBlockM : 0;
 }
 
 }  // namespace flamia::backward

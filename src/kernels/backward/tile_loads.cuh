@@ -1,9 +1,12 @@
 // Cooperative (all CTA threads) loads of operand tiles from global memory into K-major,
-// swizzled shared-memory tiles that wgmma descriptors read. Tokens outside the document (a
-// neighbour document's rows in a tile that starts at floor16, or rows past the tensor end) are
-// stored as zeros, so nothing of another document, not even a NaN, reaches a product.
+// swizzled shared-memory tiles that wgmma descriptors read: cp.async copies (async_copy.cuh)
+// where a tile is a plain copy, register-staged fetch + store for the BF16 transposes. Tokens
+// outside the document (a neighbour document's rows in a tile that starts at floor16, or rows past
+// the tensor end) are stored as zeros, so nothing of another document, not even a NaN, reaches a
+// product.
 //
-// The caller issues hopper::fence_proxy_async_shared() and a barrier before wgmma reads them.
+// The caller waits for its copies (async_copy_wait_all), applies the token-major masks, and
+// issues hopper::fence_proxy_async_shared() and a barrier before wgmma reads the tiles.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -12,6 +15,7 @@
 
 #include "common/fp8_numerics.h"
 #include "common/views.h"
+#include "kernels/backward/async_copy.cuh"
 #include "kernels/backward/backward_config.h"
 #include "kernels/hopper/wgmma.cuh"
 
@@ -32,46 +36,37 @@ __device__ __forceinline__ uint4 load_vector(const uint8_t* p) {
   return __ldg(reinterpret_cast<const uint4*>(p));
 }
 
-// Each tile copy is split into fetch (a thread's global loads, all in flight at once, into
-// registers) and store (into the swizzled shared-memory tile), so that a caller can fetch several
-// tiles before storing any of them: one memory latency per step instead of one per vector.
-// Vector v of a tile belongs to thread v % kThreads, slot v / kThreads.
+// Vector v (16 bytes) of a tile belongs to thread v % kThreads, slot v / kThreads, in every
+// copy below; the token-major masks rely on it (the thread that issued a vector's copy patches
+// it).
 template <int kVectors>
-struct TileFetch {
+struct TileVectors {
   static_assert(kVectors % kThreads == 0, "every thread moves the same number of vectors");
   static constexpr int kPerThread = kVectors / kThreads;
-  uint4 x[kPerThread];
   __device__ __forceinline__ static int vector(int slot) {
     return int(threadIdx.x) + slot * kThreads;
   }
 };
 
 // Row-major FP8 rows (token `first + row`, kRowBytes = D bytes each, `token_pitch` bytes apart)
-// into a tile of kRows rows swizzled for rows of kRowBytes.
+// into a tile of kRows rows swizzled for rows of kRowBytes, by cp.async; rows outside `valid`
+// are zero-filled.
 template <int kRows, int kRowBytes>
-struct Fp8RowsCopy : TileFetch<kRows * kRowBytes / kBytesPerVector> {
+struct Fp8RowsCopy : TileVectors<kRows * kRowBytes / kBytesPerVector> {
   static constexpr int kVectorsPerRow = kRowBytes / kBytesPerVector;
-  using Base = TileFetch<kRows * kRowBytes / kBytesPerVector>;
+  using Base = TileVectors<kRows * kRowBytes / kBytesPerVector>;
 
-  __device__ __forceinline__ void fetch(const uint8_t* head_base, int64_t token_pitch, int first,
-                                        TokenRange valid) {
+  __device__ __forceinline__ static void issue(uint8_t* tile, const uint8_t* head_base,
+                                               int64_t token_pitch, int first, TokenRange valid) {
 #pragma unroll
     for (int k = 0; k < Base::kPerThread; ++k) {
       const int v = Base::vector(k);
-      const int token = first + v / kVectorsPerRow;
+      const int row = v / kVectorsPerRow;
       const int byte = (v % kVectorsPerRow) * kBytesPerVector;
-      this->x[k] = valid.contains(token)
-                       ? load_vector(head_base + int64_t(token) * token_pitch + byte)
-                       : zero_vector();
-    }
-  }
-  __device__ __forceinline__ void store(uint8_t* tile) const {
-#pragma unroll
-    for (int k = 0; k < Base::kPerThread; ++k) {
-      const int v = Base::vector(k);
-      const uint32_t at = hopper::swizzled_offset<kRowBytes>(
-          v / kVectorsPerRow, (v % kVectorsPerRow) * kBytesPerVector);
-      *reinterpret_cast<uint4*>(tile + at) = this->x[k];
+      const int token = first + row;
+      const bool inside = valid.contains(token);
+      async_copy_16(tile + hopper::swizzled_offset<kRowBytes>(row, byte),
+                    head_base + (inside ? int64_t(token) * token_pitch + byte : 0), inside);
     }
   }
 };
@@ -91,47 +86,45 @@ __device__ __forceinline__ uint4 mask_token_group(uint4 x, int group_first, Toke
 
 // Token-major FP8 copy [d][padded tokens] (head base given) -> tile [kRows = D][kTokens]
 // swizzled for rows of kTokens bytes. `first` is a multiple of 16, so the tile keeps the copy's
-// (possibly permuted) token order group by group; groups that straddle the document's ends are
-// masked byte by byte.
+// (possibly permuted) token order group by group. Two phases: issue() copies every group with a
+// valid token (zero-fills the others); after async_copy_wait_all(), mask_partial_groups() zeroes,
+// byte by byte, the invalid tokens of the groups that straddle the document's ends (the same
+// bytes as a masked synchronous copy).
 template <int kRows, int kTokens, bool kPermuted>
-struct Fp8TokenMajorCopy : TileFetch<kRows * kTokens / kBytesPerVector> {
+struct Fp8TokenMajorCopy : TileVectors<kRows * kTokens / kBytesPerVector> {
   static constexpr int kGroupsPerRow = kTokens / kPermutationGroup;
   static_assert(kPermutationGroup == kBytesPerVector, "one vector per 16-token group");
-  using Base = TileFetch<kRows * kTokens / kBytesPerVector>;
+  using Base = TileVectors<kRows * kTokens / kBytesPerVector>;
 
-  __device__ __forceinline__ void fetch(const uint8_t* head_base, int64_t padded_tokens, int first,
-                                        TokenRange valid) {
-    first_ = first;
-    valid_ = valid;
+  __device__ __forceinline__ static void issue(uint8_t* tile, const uint8_t* head_base,
+                                               int64_t padded_tokens, int first, TokenRange valid) {
 #pragma unroll
     for (int k = 0; k < Base::kPerThread; ++k) {
       const int v = Base::vector(k);
-      const int group_first = first + (v % kGroupsPerRow) * kPermutationGroup;
+      const int row = v / kGroupsPerRow;
+      const int group = v % kGroupsPerRow;
+      const int group_first = first + group * kPermutationGroup;
       const bool any = group_first < valid.hi && group_first + kPermutationGroup > valid.lo;
-      this->x[k] =
-          any ? load_vector(head_base + int64_t(v / kGroupsPerRow) * padded_tokens + group_first)
-              : zero_vector();
+      async_copy_16(tile + hopper::swizzled_offset<kTokens>(row, group * kBytesPerVector),
+                    head_base + (any ? int64_t(row) * padded_tokens + group_first : 0), any);
     }
   }
-  // The byte masks are applied here, after every fetch of the step has been issued.
-  __device__ __forceinline__ void store(uint8_t* tile) const {
+  __device__ __forceinline__ static void mask_partial_groups(uint8_t* tile, int first,
+                                                             TokenRange valid) {
 #pragma unroll
     for (int k = 0; k < Base::kPerThread; ++k) {
       const int v = Base::vector(k);
       const int group = v % kGroupsPerRow;
-      const int group_first = first_ + group * kPermutationGroup;
-      uint4 x = this->x[k];
-      if (group_first < valid_.lo || group_first + kPermutationGroup > valid_.hi)
-        x = mask_token_group<kPermuted>(x, group_first, valid_);
-      const uint32_t at =
-          hopper::swizzled_offset<kTokens>(v / kGroupsPerRow, group * kBytesPerVector);
-      *reinterpret_cast<uint4*>(tile + at) = x;
+      const int group_first = first + group * kPermutationGroup;
+      const bool any = group_first < valid.hi && group_first + kPermutationGroup > valid.lo;
+      const bool partial = group_first < valid.lo || group_first + kPermutationGroup > valid.hi;
+      if (any && partial) {
+        uint4* at = reinterpret_cast<uint4*>(
+            tile + hopper::swizzled_offset<kTokens>(v / kGroupsPerRow, group * kBytesPerVector));
+        *at = mask_token_group<kPermuted>(*at, group_first, valid);
+      }
     }
   }
-
- private:
-  int first_;
-  TokenRange valid_;
 };
 
 // Byte offset of element (row, e) of a BF16 K-major tile of kRows rows stored as panels of 64
@@ -149,30 +142,24 @@ __device__ __forceinline__ const uint8_t* bf16_row(const Bf16View& view, int tok
 
 constexpr int kBf16PerVector = kBytesPerVector / 2;
 
-// BF16 rows (token first + row, D elements) -> K-major tile [kRows][kD] in panels.
+// BF16 rows (token first + row, D elements) -> K-major tile [kRows][kD] in panels, by
+// cp.async; rows outside `valid` are zero-filled.
 template <int kRows, int kD>
-struct Bf16RowsCopy : TileFetch<kRows * kD / kBf16PerVector> {
+struct Bf16RowsCopy : TileVectors<kRows * kD / kBf16PerVector> {
   static constexpr int kVectorsPerRow = kD / kBf16PerVector;
-  using Base = TileFetch<kRows * kD / kBf16PerVector>;
+  using Base = TileVectors<kRows * kD / kBf16PerVector>;
 
-  __device__ __forceinline__ void fetch(const Bf16View& view, int head, int first,
-                                        TokenRange valid) {
+  __device__ __forceinline__ static void issue(uint8_t* tile, const Bf16View& view, int head,
+                                               int first, TokenRange valid) {
 #pragma unroll
     for (int k = 0; k < Base::kPerThread; ++k) {
       const int v = Base::vector(k);
-      const int token = first + v / kVectorsPerRow;
+      const int row = v / kVectorsPerRow;
       const int e = (v % kVectorsPerRow) * kBf16PerVector;
-      this->x[k] =
-          valid.contains(token) ? load_vector(bf16_row(view, token, head) + 2 * e) : zero_vector();
-    }
-  }
-  __device__ __forceinline__ void store(uint8_t* tile) const {
-#pragma unroll
-    for (int k = 0; k < Base::kPerThread; ++k) {
-      const int v = Base::vector(k);
-      const uint32_t at =
-          bf16_panel_offset<kRows>(v / kVectorsPerRow, (v % kVectorsPerRow) * kBf16PerVector);
-      *reinterpret_cast<uint4*>(tile + at) = this->x[k];
+      const int token = first + row;
+      const bool inside = valid.contains(token);
+      async_copy_16(tile + bf16_panel_offset<kRows>(row, e),
+                    inside ? bf16_row(view, token, head) + 2 * e : bf16_row(view, 0, 0), inside);
     }
   }
 };
@@ -181,8 +168,9 @@ struct Bf16RowsCopy : TileFetch<kRows * kD / kBf16PerVector> {
 // contiguous, natural order) in panels of 64 tokens. Consecutive threads take consecutive tokens
 // of one 8-element slice, so each shared-memory store instruction writes one row segment.
 template <int kTokens, int kD>
-struct Bf16TransposedCopy : TileFetch<kTokens * kD / kBf16PerVector> {
-  using Base = TileFetch<kTokens * kD / kBf16PerVector>;
+struct Bf16TransposedCopy : TileVectors<kTokens * kD / kBf16PerVector> {
+  using Base = TileVectors<kTokens * kD / kBf16PerVector>;
+  uint4 x[Base::kPerThread];
 
   __device__ __forceinline__ void fetch(const Bf16View& view, int head, int first,
                                         TokenRange valid) {

@@ -63,7 +63,7 @@ struct DocumentSlice {
   const int32_t* smem;  // the slice
   int first;
   int count;
-  bool covers;          // slice has an entry above the tile's last token
+  bool covers;  // slice has an entry above the tile's last token
 
   // Valid for tokens whose document is the document of some token of the tile.
   __device__ __forceinline__ DocumentOf find(int t) const {
@@ -77,8 +77,8 @@ struct DocumentSlice {
     const int b = max(ub - 1, 0);
     const int end_index = min(b + 1, entries - 1);
     const int begin = covers ? smem[b - first] : __ldg(cu + b);
-    const int end = covers && end_index - first < count ? smem[end_index - first]
-                                                        : __ldg(cu + end_index);
+    const int end =
+        covers && end_index - first < count ? smem[end_index - first] : __ldg(cu + end_index);
     return {b, begin, end};
   }
 };

@@ -10,7 +10,7 @@
 
 namespace flamia::quantize {
 
-constexpr int kChunkVectors = 2;         // a chunk of 16 BF16 channels is two 16-byte vectors
+constexpr int kChunkVectors = 2;  // a chunk of 16 BF16 channels is two 16-byte vectors
 constexpr int kBf16PerVector = 8;
 constexpr int kCodeWords = kChunkChannels / 4;  // 16 E4M3 codes = 4 words
 
@@ -33,9 +33,9 @@ __device__ __forceinline__ void unpack_chunk(const Bf16Chunk& c, float (&x)[kChu
 
 __device__ __forceinline__ Bf16Chunk load_chunk(const TensorSource& src, int64_t token, int head,
                                                 int chunk) {
-  const uint4* p = reinterpret_cast<const uint4*>(src.data + token * src.token_stride +
-                                                  int64_t(head) * src.head_stride +
-                                                  chunk * kChunkChannels);
+  const uint4* p =
+      reinterpret_cast<const uint4*>(src.data + token * src.token_stride +
+                                     int64_t(head) * src.head_stride + chunk * kChunkChannels);
   return {{__ldg(p), __ldg(p + 1)}};
 }
 
@@ -43,16 +43,10 @@ __device__ __forceinline__ Bf16Chunk zero_chunk() {
   return {{make_uint4(0, 0, 0, 0), make_uint4(0, 0, 0, 0)}};
 }
 
+// 16 FP32 values of a caller's vector (tiny and cached: scalar loads, any 4-byte alignment).
 __device__ __forceinline__ void load_vector_chunk(const float* v, float (&x)[kChunkChannels]) {
-  const float4* p = reinterpret_cast<const float4*>(v);
 #pragma unroll
-  for (int i = 0; i < kChunkChannels / 4; ++i) {
-    const float4 f = __ldg(p + i);
-    x[4 * i] = f.x;
-    x[4 * i + 1] = f.y;
-    x[4 * i + 2] = f.z;
-    x[4 * i + 3] = f.w;
-  }
+  for (int i = 0; i < kChunkChannels; ++i) x[i] = __ldg(v + i);
 }
 
 // The transform of a copy, applied in FP32 exactly as the reference's element source does:
@@ -90,10 +84,10 @@ __device__ __forceinline__ void encode_chunk(const float (&x)[kChunkChannels], f
                                              uint32_t (&codes)[kCodeWords]) {
 #pragma unroll
   for (int w = 0; w < kCodeWords; ++w) {
-    const uint32_t lo = encode_e4m3x2(__fmul_rn(x[4 * w], inv_scale),
-                                      __fmul_rn(x[4 * w + 1], inv_scale));
-    const uint32_t hi = encode_e4m3x2(__fmul_rn(x[4 * w + 2], inv_scale),
-                                      __fmul_rn(x[4 * w + 3], inv_scale));
+    const uint32_t lo =
+        encode_e4m3x2(__fmul_rn(x[4 * w], inv_scale), __fmul_rn(x[4 * w + 1], inv_scale));
+    const uint32_t hi =
+        encode_e4m3x2(__fmul_rn(x[4 * w + 2], inv_scale), __fmul_rn(x[4 * w + 3], inv_scale));
     codes[w] = lo | hi << 16;
   }
 }

@@ -17,8 +17,8 @@ namespace flamia::quantize {
 __device__ __forceinline__ void store_row_major(uint8_t* base, int64_t token, int heads, int head,
                                                 int head_dim, int chunk,
                                                 const uint32_t (&codes)[kCodeWords]) {
-  uint4* p = reinterpret_cast<uint4*>(base + (token * heads + head) * head_dim +
-                                      chunk * kChunkChannels);
+  uint4* p =
+      reinterpret_cast<uint4*>(base + (token * heads + head) * head_dim + chunk * kChunkChannels);
   *p = make_uint4(codes[0], codes[1], codes[2], codes[3]);
 }
 
@@ -36,10 +36,10 @@ __device__ __forceinline__ void stage_codes(uint8_t* stage, const TileGeometry<k
   uint8_t* rows = stage + first_row * kTileTokens;
   const int group_slot = g.group * kPermutationGroup;
   constexpr int kUpperPairOffset = kPermutationGroup / 2;  // natural: tokens 2k+8, 2k+9
-  const int permuted_column = Geometry::stage_byte(first_row, group_slot + g.quad * kQuadTokens) -
-                              first_row * kTileTokens;
-  const int natural_column = Geometry::stage_byte(first_row, group_slot + 2 * g.quad) -
-                             first_row * kTileTokens;
+  const int permuted_column =
+      Geometry::stage_byte(first_row, group_slot + g.quad * kQuadTokens) - first_row * kTileTokens;
+  const int natural_column =
+      Geometry::stage_byte(first_row, group_slot + 2 * g.quad) - first_row * kTileTokens;
   const int natural_upper_column =
       Geometry::stage_byte(first_row, group_slot + 2 * g.quad + kUpperPairOffset) -
       first_row * kTileTokens;

@@ -12,7 +12,9 @@ namespace flamia {
 namespace {
 
 // The second exponent output of a copy, unless it is the same array as the first.
-int8_t* other_exponents(int8_t* first, int8_t* second) { return second == first ? nullptr : second; }
+int8_t* other_exponents(int8_t* first, int8_t* second) {
+  return second == first ? nullptr : second;
+}
 
 }  // namespace
 
@@ -34,9 +36,8 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
   q_hat.exponents[0] = out.q_t.exponents;
   q_hat.exponents[1] = other_exponents(out.q_t.exponents, fwd.q.exponents);
   add_copy(q, q_hat);
-  q.lse_shift = lse_shift_spec(shape, fwd.lse_shift, args.key_smoothing,
-                               args.key_smoothing_vector, to_source(args.k),
-                               args.softmax_scale);
+  q.lse_shift = lse_shift_spec(shape, fwd.lse_shift, args.key_smoothing, args.key_smoothing_vector,
+                               to_source(args.k), args.softmax_scale);
 
   // K̂cᵀ from k - k_first; K̂ from k - m shares it when m is the first key.
   TensorJob k = key_job(shape, to_source(args.k), args.device_status);

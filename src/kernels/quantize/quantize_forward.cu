@@ -21,8 +21,7 @@ cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_
   q_hat.exponents[0] = args.out.q.exponents;
   add_copy(q, q_hat);
   q.lse_shift = lse_shift_spec(shape, args.out.lse_shift, args.key_smoothing,
-                               args.key_smoothing_vector, to_source(args.k),
-                               args.softmax_scale);
+                               args.key_smoothing_vector, to_source(args.k), args.softmax_scale);
 
   TensorJob k = key_job(shape, to_source(args.k), args.device_status);
   CopySpec k_hat;

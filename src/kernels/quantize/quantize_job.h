@@ -47,10 +47,10 @@ enum class TokenOrder : uint8_t { kNatural = 0, kPermuted = 1 };
 struct CopySpec {
   Transform transform = Transform::kIdentity;
   BlockKind blocks = BlockKind::kToken;
-  TokenOrder order = TokenOrder::kPermuted;        // of the token-major copy
-  uint8_t* row_major = nullptr;                    // [tokens][heads][D]
-  uint8_t* token_major = nullptr;                  // [heads][D][pad16(tokens)]
-  int8_t* exponents[kMaxExponentOutputs] = {};     // [heads][tokens] each (same values)
+  TokenOrder order = TokenOrder::kPermuted;     // of the token-major copy
+  uint8_t* row_major = nullptr;                 // [tokens][heads][D]
+  uint8_t* token_major = nullptr;               // [heads][D][pad16(tokens)]
+  int8_t* exponents[kMaxExponentOutputs] = {};  // [heads][tokens] each (same values)
 };
 
 struct TensorSource {
@@ -63,9 +63,9 @@ struct TensorSource {
 struct LseShiftSpec {
   float* out = nullptr;  // [heads][tokens]
   KeySmoothing source = KeySmoothing::kNone;
-  TensorSource keys;                     // kFirstKey: m = keys[cu_seqlens_k[doc]][head / group]
+  TensorSource keys;  // kFirstKey: m = keys[cu_seqlens_k[doc]][head / group]
   const int32_t* cu_seqlens_k = nullptr;
-  const float* vector = nullptr;         // kVector: m = vector[head / group][:]
+  const float* vector = nullptr;  // kVector: m = vector[head / group][:]
   int kv_group = 1;
   float softmax_scale = 1.0f;
 };

@@ -39,7 +39,7 @@ struct SumOp {
 //
 // Register budgets (per thread, checked spill-free with -Xptxas -v): the input tile lives in
 // shared memory, so registers hold only one phase's working set, and shared memory rather than
-// registers bounds the CTAs per SM: 4 at head dim 128 (64 registers, 53 KB), 2 at 256, 5-6 at
+// registers bounds the CTAs per SM: 4 at head dim 128 (64 registers, 53 KB), 2 at 256, 6 at
 // 64. The gradient kernel's IEEE division keeps a slow-path call whose saved registers need
 // 128; its shared memory (O is staged too) allows 2 CTAs per SM at head dim 128 anyway.
 template <int kHeadDim, bool kGradient>
@@ -49,7 +49,8 @@ constexpr int min_blocks_per_sm() {
   return kRegistersPerSm / kBudget / TileGeometry<kHeadDim>::kThreads;
 }
 
-// Shared memory of one CTA (dynamic: about 53 KB at head dim 128, 101 KB at 256).
+// Shared memory of one CTA (dynamic: 53 KB at head dim 128, 101 KB at 256; the gradient
+// kernel adds O's tile).
 template <int kHeadDim, bool kGradient>
 struct QuantizeShared {
   using Geometry = TileGeometry<kHeadDim>;
@@ -57,7 +58,7 @@ struct QuantizeShared {
   static constexpr int kOwnVectors = kQuadTokens * Geometry::kSlices * kChunkVectors;
   // Each thread's own input vectors, [vector][thread]: conflict-free, filled by cp.async.
   uint4 input[kOwnVectors][Geometry::kThreads];
-  uint4 o_input[kGradient ? kOwnVectors : 1][Geometry::kThreads];
+  uint4 o_input[kGradient ? kOwnVectors : 1][kGradient ? Geometry::kThreads : 1];  // O (delta)
   alignas(16) uint8_t stage[Geometry::kStageBytes];
   uint32_t amax[kMaxCopies][kWindowTokens];  // FP32 bits, window position = token - origin
   float partial[kTileTokens];                // per-token sums (LSE shift, delta)
@@ -99,10 +100,10 @@ __device__ __forceinline__ void load_own_chunks(const TensorSource& src, const Q
 #pragma unroll
     for (int j = 0; j < kQuadTokens; ++j) {
       const bool valid = set.valid(j);
-      const uint16_t* row = valid ? src.data + int64_t(set.token(j)) * src.token_stride +
-                                        int64_t(head) * src.head_stride +
-                                        g.chunk(n) * kChunkChannels
-                                  : src.data;
+      const uint16_t* row = valid
+                                ? src.data + int64_t(set.token(j)) * src.token_stride +
+                                      int64_t(head) * src.head_stride + g.chunk(n) * kChunkChannels
+                                : src.data;
 #pragma unroll
       for (int h = 0; h < kChunkVectors; ++h)
         async_copy_16(&vectors[(n * kQuadTokens + j) * kChunkVectors + h][tid],
@@ -136,9 +137,9 @@ __device__ __forceinline__ void lse_shift_dots(const TensorJob& job,
         if (b != m_doc) {
           const int key_begin = __ldg(spec.cu_seqlens_k + b);
           const int key_end = __ldg(spec.cu_seqlens_k + b + 1);
-          unpack_chunk(key_end > key_begin ? load_chunk(spec.keys, key_begin, kv_head, chunk)
-                                           : zero_chunk(),
-                       m);
+          unpack_chunk(
+              key_end > key_begin ? load_chunk(spec.keys, key_begin, kv_head, chunk) : zero_chunk(),
+              m);
           m_doc = b;
         }
       }
@@ -238,8 +239,8 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
     for (int k = 0; k < job.num_copies; ++k) {
       const BlockKind kind = job.copy[k].blocks;
       const TokenRange first = scale_block(kind, tile_begin, s.doc_begin[0], s.doc_end[0]);
-      const TokenRange last = scale_block(kind, tile_end - 1, s.doc_begin[tile_count - 1],
-                                          s.doc_end[tile_count - 1]);
+      const TokenRange last =
+          scale_block(kind, tile_end - 1, s.doc_begin[tile_count - 1], s.doc_end[tile_count - 1]);
       window_begin = min(window_begin, first.begin);
       window_end = max(window_end, last.end);
     }
@@ -333,7 +334,7 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
       uint32_t codes[kQuadTokens][kCodeWords];
       transform_tokens<kHeadDim, kGradient>(
           copy.transform, job, head, chunk, vset, own_chunks(s.input, n, tid),
-          [&](int j, const float (&v)[kChunkChannels]) {
+          [&](int j, const float(&v)[kChunkChannels]) {
             const int e = s.exponent[k][vset.local(j)];
             encode_chunk(v, exp2_int(-e), codes[j]);
             if (!vset.valid(j)) {

@@ -15,11 +15,13 @@ bool quantize_supports_head_dim(int head_dim) {
 namespace quantize {
 namespace {
 
-constexpr uintptr_t kVectorAlignment = 16;     // uint4 / float4 accesses
-constexpr int64_t kStrideMultiple = 8;         // BF16 elements per 16 bytes
+constexpr uintptr_t kVectorAlignment = 16;  // uint4 accesses
+constexpr int64_t kStrideMultiple = 8;      // BF16 elements per 16 bytes
 constexpr unsigned kMaxGridY = 65535;
 
-bool aligned(const void* p) { return reinterpret_cast<uintptr_t>(p) % kVectorAlignment == 0; }
+bool aligned(const void* p) {
+  return reinterpret_cast<uintptr_t>(p) % kVectorAlignment == 0;
+}
 
 bool source_valid(const TensorSource& src) {
   return src.data != nullptr && aligned(src.data) && src.token_stride % kStrideMultiple == 0 &&
@@ -33,21 +35,17 @@ bool job_valid(const TensorJob& job) {
   for (int k = 0; k < job.num_copies; ++k) {
     const CopySpec& copy = job.copy[k];
     if (!aligned(copy.row_major) || !aligned(copy.token_major)) return false;
-    if (copy.transform == Transform::kSubtractVector &&
-        (job.shift_vector == nullptr || !aligned(job.shift_vector)))
-      return false;
+    if (copy.transform == Transform::kSubtractVector && job.shift_vector == nullptr) return false;
     if (copy.transform == Transform::kDivideByL && job.softmax_stats == nullptr) return false;
   }
   const LseShiftSpec& lse = job.lse_shift;
   if (lse.out != nullptr) {
     if (lse.kv_group <= 0) return false;
-    if (lse.source == KeySmoothing::kVector && (lse.vector == nullptr || !aligned(lse.vector)))
-      return false;
+    if (lse.source == KeySmoothing::kVector && lse.vector == nullptr) return false;
     if (lse.source != KeySmoothing::kNone && lse.cu_seqlens_k == nullptr) return false;
     if (lse.source == KeySmoothing::kFirstKey && !source_valid(lse.keys)) return false;
   }
-  if (job.delta.out != nullptr && (job.num_copies == 0 || !source_valid(job.delta.o)))
-    return false;
+  if (job.delta.out != nullptr && (job.num_copies == 0 || !source_valid(job.delta.o))) return false;
   return true;
 }
 

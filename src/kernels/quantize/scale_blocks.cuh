@@ -13,7 +13,7 @@ struct TokenRange {
 
 // The block of `kind` that holds token t of the document [doc_begin, doc_end).
 __host__ __device__ __forceinline__ TokenRange scale_block(BlockKind kind, int t, int doc_begin,
-                                                  int doc_end) {
+                                                           int doc_end) {
   switch (kind) {
     case BlockKind::kBlock32: {
       const int begin = doc_begin + (t - doc_begin) / kBlock32Tokens * kBlock32Tokens;

@@ -114,9 +114,9 @@ __device__ __forceinline__ void transform_tokens(Transform transform, const Tens
 // reference's std::max ignores it): of |x - m| for the subtract kinds, of |x| for the identity
 // and for x / l, which finish_amax divides after the lanes are combined.
 template <int kHeadDim, bool kGradient, typename Set, typename Source>
-__device__ __forceinline__ void accumulate_amax(Transform transform, const TensorJob& job,
-                                                int head, int chunk, const Set& set,
-                                                const Source& x, float (&amax)[Set::kCount]) {
+__device__ __forceinline__ void accumulate_amax(Transform transform, const TensorJob& job, int head,
+                                                int chunk, const Set& set, const Source& x,
+                                                float (&amax)[Set::kCount]) {
   if (kGradient && transform == Transform::kDivideByL) {
 #pragma unroll
     for (int j = 0; j < Set::kCount; ++j) {
@@ -125,10 +125,9 @@ __device__ __forceinline__ void accumulate_amax(Transform transform, const Tenso
       amax[j] = fmaxf(amax[j], chunk_amax(v));
     }
   } else {
-    transform_tokens<kHeadDim, kGradient>(transform, job, head, chunk, set, x,
-                                          [&](int j, const float (&v)[kChunkChannels]) {
-                                            amax[j] = fmaxf(amax[j], chunk_amax(v));
-                                          });
+    transform_tokens<kHeadDim, kGradient>(
+        transform, job, head, chunk, set, x,
+        [&](int j, const float(&v)[kChunkChannels]) { amax[j] = fmaxf(amax[j], chunk_amax(v)); });
   }
 }
 

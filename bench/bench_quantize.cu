@@ -1,0 +1,296 @@
+// Times the quantize pass (src/kernels/quantize) against the device-to-device copy rate of the
+// same GPU, measured in the same run.
+//   bench_quantize [--tokens 131072] [--heads-q 32] [--heads-kv 32] [--head-dim 128]
+//                  [--doc-length 8192] [--mode exact|block32] [--smoothing none|first|vector]
+//                  [--warmup 3] [--repeats 20] [--json PATH]
+// Forward: Q, K, V (BF16) -> Q̂, K̂, V̂ᵀ (+ LSE shift with smoothing). Backward: Q, K, V, O, dO
+// -> Q̂ᵀ, K̂cᵀ, V̂, dÔ, dO''ᵀ, delta, plus Q̂, K̂, V̂ᵀ rebuilt in the same pass (what the C API's
+// backward runs). Bytes = what the pass must read and write (inputs, outputs, exponents, stats;
+// not the re-reads of blocks that straddle tiles). Times: CUDA events, median over repeats.
+// Prints a table; --json writes {"bytes", "ms", "tb_s", "copy_tb_s", "bandwidth_fraction",
+// "backward": {...}, "config": {...}}.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/layout.h"
+#include "kernels/quantize/quantize.h"
+
+namespace {
+
+#define CHECK(x)                                                          \
+  do {                                                                    \
+    const cudaError_t e = (x);                                            \
+    if (e != cudaSuccess) {                                               \
+      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e)); \
+      std::exit(1);                                                       \
+    }                                                                     \
+  } while (0)
+
+constexpr int kFillThreads = 256;
+constexpr int kFillBlocks = 4096;
+constexpr double kBytesPerTB = 1e12;
+constexpr double kMsPerS = 1e3;
+
+// BF16 values with per-(token, head) magnitudes 2^-8..2^7: realistic spread, never NaN.
+__global__ void fill_bf16(uint16_t* x, size_t n, int row, uint32_t seed) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+    h ^= h >> 15;
+    h *= 2246822519u;
+    h ^= h >> 13;
+    uint32_t r = uint32_t(i / row) * 2246822519u ^ seed;
+    r ^= r >> 13;
+    const uint32_t exponent = 127 - 8 + (r % 16) + (h >> 28) % 2;
+    x[i] = uint16_t((h & 0x8000u) | (exponent << 7) | (h & 0x7Fu));
+  }
+}
+
+// softmax stats {M, l}: l in [1, 2^12), never 0.
+__global__ void fill_stats(float* x, size_t rows) {
+  for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < rows;
+       i += size_t(gridDim.x) * blockDim.x) {
+    x[2 * i] = float(i % 7);
+    x[2 * i + 1] = 1.0f + float(i % 4093);
+  }
+}
+
+struct Options {
+  int tokens = 131072;
+  int heads_q = 32;
+  int heads_kv = 32;
+  int head_dim = 128;
+  int doc_length = 8192;
+  flamia::ScaleMode mode = flamia::ScaleMode::kExact;
+  flamia::KeySmoothing smoothing = flamia::KeySmoothing::kNone;
+  int warmup = 3;
+  int repeats = 20;
+  std::string json;
+};
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    auto is = [&](const char* flag) { return !std::strcmp(argv[i], flag) && i + 1 < argc; };
+    if (is("--tokens"))
+      o.tokens = std::atoi(argv[++i]);
+    else if (is("--heads-q"))
+      o.heads_q = std::atoi(argv[++i]);
+    else if (is("--heads-kv"))
+      o.heads_kv = std::atoi(argv[++i]);
+    else if (is("--head-dim"))
+      o.head_dim = std::atoi(argv[++i]);
+    else if (is("--doc-length"))
+      o.doc_length = std::atoi(argv[++i]);
+    else if (is("--warmup"))
+      o.warmup = std::atoi(argv[++i]);
+    else if (is("--repeats"))
+      o.repeats = std::atoi(argv[++i]);
+    else if (is("--json"))
+      o.json = argv[++i];
+    else if (is("--mode")) {
+      o.mode = !std::strcmp(argv[++i], "block32") ? flamia::ScaleMode::kBlock32
+                                                  : flamia::ScaleMode::kExact;
+    } else if (is("--smoothing")) {
+      const char* s = argv[++i];
+      o.smoothing = !std::strcmp(s, "first")    ? flamia::KeySmoothing::kFirstKey
+                    : !std::strcmp(s, "vector") ? flamia::KeySmoothing::kVector
+                                                : flamia::KeySmoothing::kNone;
+    } else {
+      std::fprintf(stderr, "unknown or incomplete argument: %s\n", argv[i]);
+      std::exit(2);
+    }
+  }
+  return o;
+}
+
+template <typename T>
+T* device_alloc(size_t count) {
+  void* p = nullptr;
+  CHECK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
+  return static_cast<T*>(p);
+}
+
+// Median time of `run` in milliseconds (CUDA events around each repeat).
+double median_ms(const Options& o, cudaStream_t stream, const std::function<void()>& run) {
+  for (int i = 0; i < o.warmup; ++i) run();
+  CHECK(cudaStreamSynchronize(stream));
+  cudaEvent_t start, stop;
+  CHECK(cudaEventCreate(&start));
+  CHECK(cudaEventCreate(&stop));
+  std::vector<float> ms(size_t(std::max(o.repeats, 1)));
+  for (float& m : ms) {
+    CHECK(cudaEventRecord(start, stream));
+    run();
+    CHECK(cudaEventRecord(stop, stream));
+    CHECK(cudaEventSynchronize(stop));
+    CHECK(cudaEventElapsedTime(&m, start, stop));
+  }
+  CHECK(cudaEventDestroy(start));
+  CHECK(cudaEventDestroy(stop));
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+struct Result {
+  double bytes = 0;
+  double ms = 0;
+  double tb_s() const { return bytes / (ms / kMsPerS) / kBytesPerTB; }
+};
+
+flamia::Fp8Copy fp8_copy(size_t value_bytes, int heads, int tokens) {
+  return {device_alloc<uint8_t>(value_bytes), device_alloc<int8_t>(size_t(heads) * tokens)};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace flamia;
+  const Options o = parse(argc, argv);
+  const int t = o.tokens, hq = o.heads_q, hkv = o.heads_kv, d = o.head_dim;
+  const int doc = o.doc_length > 0 ? o.doc_length : t;
+
+  std::vector<int32_t> cu = {0};
+  while (cu.back() < t) cu.push_back(std::min(cu.back() + doc, t));
+  int32_t* d_cu = device_alloc<int32_t>(cu.size());
+  CHECK(cudaMemcpy(d_cu, cu.data(), cu.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+
+  PackedShape shape;
+  shape.cu_seqlens_q = shape.cu_seqlens_k = d_cu;
+  shape.batch = int(cu.size()) - 1;
+  shape.total_q = shape.total_k = t;
+  shape.heads_q = hq;
+  shape.heads_kv = hkv;
+  shape.head_dim = d;
+  shape.max_seqlen_q = shape.max_seqlen_k = std::min(doc, t);
+
+  const size_t q_elems = size_t(t) * hq * d, kv_elems = size_t(t) * hkv * d;
+  uint16_t* q = device_alloc<uint16_t>(q_elems);
+  uint16_t* k = device_alloc<uint16_t>(kv_elems);
+  uint16_t* v = device_alloc<uint16_t>(kv_elems);
+  uint16_t* out = device_alloc<uint16_t>(q_elems);
+  uint16_t* d_out = device_alloc<uint16_t>(q_elems);
+  float* stats = device_alloc<float>(size_t(hq) * t * 2);
+  float* vector = device_alloc<float>(size_t(hkv) * d);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(q, q_elems, d, 1u);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(k, kv_elems, d, 2u);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(v, kv_elems, d, 3u);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(out, q_elems, d, 4u);
+  fill_bf16<<<kFillBlocks, kFillThreads>>>(d_out, q_elems, d, 5u);
+  fill_stats<<<kFillBlocks, kFillThreads>>>(stats, size_t(hq) * t);
+  CHECK(cudaMemset(vector, 0, size_t(hkv) * d * sizeof(float)));
+  CHECK(cudaGetLastError());
+
+  const Bf16View q_view{q, int64_t(hq) * d, d}, k_view{k, int64_t(hkv) * d, d},
+      v_view{v, int64_t(hkv) * d, d}, o_view{out, int64_t(hq) * d, d},
+      d_o_view{d_out, int64_t(hq) * d, d};
+  const bool smoothing = o.smoothing != KeySmoothing::kNone;
+  const double exps_q = double(hq) * t, exps_kv = double(hkv) * t;
+
+  cudaStream_t stream;
+  CHECK(cudaStreamCreate(&stream));
+
+  // ---- forward ----
+  QuantizeForwardArgs fwd;
+  fwd.shape = shape;
+  fwd.scale_mode = o.mode;
+  fwd.key_smoothing = o.smoothing;
+  fwd.key_smoothing_vector = vector;
+  fwd.softmax_scale = 0.088f;
+  fwd.q = q_view;
+  fwd.k = k_view;
+  fwd.v = v_view;
+  fwd.out.q = fp8_copy(row_major_bytes(t, hq, d), hq, t);
+  fwd.out.k = fp8_copy(row_major_bytes(t, hkv, d), hkv, t);
+  fwd.out.v_t = fp8_copy(token_major_bytes(t, hkv, d), hkv, t);
+  fwd.out.lse_shift = smoothing ? device_alloc<float>(size_t(hq) * t) : nullptr;
+  Result forward;
+  forward.bytes = 2.0 * (q_elems + 2.0 * kv_elems) + row_major_bytes(t, hq, d) +
+                  row_major_bytes(t, hkv, d) + token_major_bytes(t, hkv, d) + exps_q + 2 * exps_kv +
+                  (smoothing ? 4 * exps_q : 0);
+  forward.ms = median_ms(o, stream, [&] { CHECK(launch_quantize_forward(fwd, stream)); });
+
+  // ---- backward (with the forward's copies rebuilt in the same pass, as the C API runs it) ----
+  QuantizeBackwardArgs bwd;
+  bwd.shape = shape;
+  bwd.scale_mode = o.mode;
+  bwd.q = q_view;
+  bwd.k = k_view;
+  bwd.v = v_view;
+  bwd.o = o_view;
+  bwd.d_o = d_o_view;
+  bwd.softmax_stats = stats;
+  bwd.out.q_t = {device_alloc<uint8_t>(token_major_bytes(t, hq, d)), fwd.out.q.exponents};
+  bwd.out.k_centered_t = fp8_copy(token_major_bytes(t, hkv, d), hkv, t);
+  bwd.out.v = {device_alloc<uint8_t>(row_major_bytes(t, hkv, d)), fwd.out.v_t.exponents};
+  bwd.out.d_o = fp8_copy(row_major_bytes(t, hq, d), hq, t);
+  bwd.out.d_o_scaled_t = fp8_copy(token_major_bytes(t, hq, d), hq, t);
+  bwd.out.delta = device_alloc<float>(size_t(hq) * t);
+  bwd.fwd_out = fwd.out;
+  bwd.fwd_out.lse_shift = nullptr;
+  bwd.key_smoothing = o.smoothing;
+  bwd.key_smoothing_vector = vector;
+  const bool separate_k_hat = o.smoothing != KeySmoothing::kFirstKey;
+  Result backward;
+  backward.bytes = 2.0 * (3.0 * q_elems + 2.0 * kv_elems) + 8 * exps_q /* stats */ +
+                   2.0 * token_major_bytes(t, hq, d) /* Q̂ᵀ, dO''ᵀ */ +
+                   token_major_bytes(t, hkv, d) /* K̂cᵀ */ + 2.0 * row_major_bytes(t, hkv, d) +
+                   2.0 * row_major_bytes(t, hq, d) /* V̂, K̂, dÔ, Q̂ */ +
+                   token_major_bytes(t, hkv, d) /* V̂ᵀ */ + 3 * exps_q /* eq, edo, ew */ +
+                   (separate_k_hat ? 3 : 2) * exps_kv /* ekc, ek, ev */ + 4 * exps_q /* delta */;
+  backward.ms = median_ms(o, stream, [&] { CHECK(launch_quantize_backward(bwd, stream)); });
+
+  // ---- device-to-device copy of about 1 GiB, same run ----
+  const size_t copy_bytes = q_elems * sizeof(uint16_t);
+  Result copy;
+  copy.bytes = 2.0 * copy_bytes;
+  copy.ms = median_ms(o, stream, [&] {
+    CHECK(cudaMemcpyAsync(d_out, q, copy_bytes, cudaMemcpyDeviceToDevice, stream));
+  });
+  CHECK(cudaStreamSynchronize(stream));
+  CHECK(cudaGetLastError());
+
+  const char* mode = o.mode == ScaleMode::kBlock32 ? "block32" : "exact";
+  const char* smooth = o.smoothing == KeySmoothing::kFirstKey ? "first"
+                       : o.smoothing == KeySmoothing::kVector ? "vector"
+                                                              : "none";
+  std::printf(
+      "quantize pass: %d tokens (documents of %d), heads %d/%d, head dim %d, %s, "
+      "smoothing %s\n",
+      t, doc, hq, hkv, d, mode, smooth);
+  std::printf("%-10s %12s %10s %8s %10s\n", "pass", "GB moved", "ms", "TB/s", "of copy");
+  for (const auto& [name, r] : {std::pair<const char*, Result>{"forward", forward},
+                                {"backward", backward},
+                                {"d2d copy", copy}})
+    std::printf("%-10s %12.3f %10.3f %8.3f %9.1f%%\n", name, r.bytes / 1e9, r.ms, r.tb_s(),
+                100.0 * r.tb_s() / copy.tb_s());
+
+  if (!o.json.empty()) {
+    FILE* f = std::fopen(o.json.c_str(), "w");
+    if (f == nullptr) {
+      std::fprintf(stderr, "cannot write %s\n", o.json.c_str());
+      return 1;
+    }
+    std::fprintf(f,
+                 "{\"bytes\": %.0f, \"ms\": %.5f, \"tb_s\": %.5f, \"copy_tb_s\": %.5f, "
+                 "\"bandwidth_fraction\": %.5f,\n \"backward\": {\"bytes\": %.0f, \"ms\": %.5f, "
+                 "\"tb_s\": %.5f, \"copy_tb_s\": %.5f, \"bandwidth_fraction\": %.5f},\n "
+                 "\"config\": {\"tokens\": %d, \"doc_length\": %d, \"heads_q\": %d, "
+                 "\"heads_kv\": %d, \"head_dim\": %d, \"scale_mode\": \"%s\", "
+                 "\"key_smoothing\": \"%s\", \"repeats\": %d}}\n",
+                 forward.bytes, forward.ms, forward.tb_s(), copy.tb_s(),
+                 forward.tb_s() / copy.tb_s(), backward.bytes, backward.ms, backward.tb_s(),
+                 copy.tb_s(), backward.tb_s() / copy.tb_s(), t, doc, hq, hkv, d, mode, smooth,
+                 o.repeats);
+    std::fclose(f);
+  }
+  return 0;
+}

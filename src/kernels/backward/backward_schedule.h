@@ -1,0 +1,33 @@
+// Launch order of the backward's CTAs, planned on the device from cu_seqlens (no host sync):
+// every (document, key tile) pair sorted by descending work (the query tiles it visits), so
+// that the longest CTAs start first and the tail of the grid is made of the shortest ones
+// (longest-processing-time-first). Causal key tile n of a document visits all but its first
+// ~2n query tiles; without the order, the long first tiles of the last documents started last.
+//
+// Block x of the backward grid = kv_head * pairs + rank: KV-head-major, so that the CTAs that
+// run at the same time share the Q̂, dÔ tiles of few heads in L2 (as the document order did).
+//
+// Deterministic dQ needs the key tiles of one document in increasing order: the work of a
+// document's key tiles never increases with the tile index (causal visibility is monotone), and
+// one thread places all of a document's tiles, in increasing order, so ties keep that order.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/layout.h"
+
+namespace flamia::backward {
+
+inline size_t tile_order_bytes(int key_tile_pairs) {
+  return size_t(key_tile_pairs) * sizeof(int32_t);
+}
+
+// Fills tile_order[rank] = doc * key_tiles_per_doc + tile on `stream`.
+cudaError_t launch_backward_schedule(const PackedShape& shape, int key_tiles_per_doc,
+                                     const int32_t* device_status, int32_t* tile_order,
+                                     cudaStream_t stream);
+
+}  // namespace flamia::backward

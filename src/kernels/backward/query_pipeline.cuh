@@ -1,0 +1,166 @@
+// The CTA's sequence of steps (query tile x query head of the KV group) and the two-stage
+// pipeline of their loads: while step s runs its products on stage s % 2, the cp.async copies
+// of step s + 1 land in stage (s + 1) % 2 and its query factors are in flight in registers.
+//
+//   prologue:  issue key tiles + step 0;  finish step 0 (wait, masks, factors, fence, barrier)
+//   step s:    issue step s + 1;  products of step s;  finish step s + 1
+//
+// A stage is free for step s + 1's copies when step s begins: its last reader, step s - 1,
+// waited for all of its wgmma and passed the barrier that ends finish().
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/backward/async_copy.cuh"
+#include "kernels/backward/backward_config.h"
+#include "kernels/backward/backward_params.h"
+#include "kernels/backward/shared_storage.cuh"
+#include "kernels/backward/tile_factors.cuh"
+#include "kernels/backward/tile_geometry.cuh"
+#include "kernels/backward/tile_loads.cuh"
+#include "kernels/hopper/sync.cuh"
+
+namespace flamia::backward {
+
+// One step: query tile q0 of query head `member` of the KV group.
+struct StepCursor {
+  int q0;
+  int member;
+  int stage;  // shared-memory stage of the step's tiles and factors
+
+  __device__ __forceinline__ bool valid(const KeyTileItem& item) const {
+    return q0 < item.span.q_end;
+  }
+  __device__ __forceinline__ int head(const KeyTileItem& item, int group_size) const {
+    return item.kv_head * group_size + member;
+  }
+  // Causal visibility is monotone in q0 (a later query tile has later rows), so after the first
+  // query tile that sees the key tile every later one does: no tile is skipped past the first.
+  __device__ __forceinline__ StepCursor next(int group_size) const {
+    StepCursor n{q0, member + 1, (stage + 1) % kQueryStages};
+    if (n.member == group_size) {
+      n.member = 0;
+      n.q0 += kBlockM;
+    }
+    return n;
+  }
+};
+
+__device__ __forceinline__ StepCursor first_step(const KeyTileItem& item, bool causal) {
+  return StepCursor{first_visible_query_tile(item, causal), 0, 0};
+}
+
+// ---- key tiles (once per CTA) ------------------------------------------------------------------
+
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void issue_key_tiles(BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                                const BackwardParams& p, const KeyTileItem& item) {
+  const TokenRange keys{item.span.k_start, item.span.k_end};
+  const int64_t pitch = int64_t(p.heads_kv) * kHeadDim;
+  const int g = item.kv_head;
+  Fp8RowsCopy<kBlockN, kHeadDim>::issue(smem.k, p.k + int64_t(g) * kHeadDim, pitch, item.key0,
+                                        keys);
+  if constexpr (kBf16Grad) {
+    Bf16RowsCopy<kBlockN, kHeadDim>::issue(smem.v16, p.v16, g, item.key0, keys);
+  } else {
+    Fp8RowsCopy<kBlockN, kHeadDim>::issue(smem.v, p.v + int64_t(g) * kHeadDim, pitch, item.key0,
+                                          keys);
+    Fp8TokenMajorCopy<kHeadDim, kBlockN, /*permuted=*/false>::issue(
+        smem.k_centered_t, p.k_centered_t + int64_t(g) * kHeadDim * p.padded_k, p.padded_k,
+        item.key0, keys);
+  }
+}
+
+// After async_copy_wait_all(). The BF16 Kᵀ transpose goes through registers (synchronously:
+// it happens once per CTA).
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void finish_key_tiles(BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                                 const BackwardParams& p, const KeyTileItem& item) {
+  const TokenRange keys{item.span.k_start, item.span.k_end};
+  if constexpr (kBf16Grad) {
+    Bf16TransposedCopy<kBlockN, kHeadDim> k_t;
+    k_t.fetch(p.k16, item.kv_head, item.key0, keys);
+    k_t.store(smem.k16_t);
+  } else {
+    Fp8TokenMajorCopy<kHeadDim, kBlockN, /*permuted=*/false>::mask_partial_groups(smem.k_centered_t,
+                                                                                  item.key0, keys);
+  }
+}
+
+// ---- query tiles (per step) --------------------------------------------------------------------
+
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void issue_query_tiles(
+    typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& stage, const BackwardParams& p,
+    const KeyTileItem& item, int head, int q0) {
+  const TokenRange queries{item.span.q_start, item.span.q_end};
+  const int64_t pitch = int64_t(p.heads_q) * kHeadDim;
+  const int64_t token_major_head = int64_t(head) * kHeadDim * p.padded_q;
+  Fp8RowsCopy<kBlockM, kHeadDim>::issue(stage.q, p.q + int64_t(head) * kHeadDim, pitch, q0,
+                                        queries);
+  Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>::issue(
+      stage.d_o_scaled_t, p.d_o_scaled_t + token_major_head, p.padded_q, q0, queries);
+  if constexpr (kBf16Grad) {
+    Bf16RowsCopy<kBlockM, kHeadDim>::issue(stage.d_o16, p.d_o16, head, q0, queries);
+  } else {
+    Fp8RowsCopy<kBlockM, kHeadDim>::issue(stage.d_o, p.d_o + int64_t(head) * kHeadDim, pitch, q0,
+                                          queries);
+    Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>::issue(
+        stage.q_t, p.q_t + token_major_head, p.padded_q, q0, queries);
+  }
+}
+
+// After async_copy_wait_all(): the byte masks of the token-major tiles (by the threads that
+// issued them) and, for BF16grad, the Qᵀ transpose through registers. The BF16 transpose is
+// not overlapped with the previous step (its staging registers would have to live across the
+// step next to dK and dV); only the fp8-bf16grad precision pays its latency.
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void finish_query_tiles(
+    typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& stage, const BackwardParams& p,
+    const KeyTileItem& item, int head, int q0) {
+  const TokenRange queries{item.span.q_start, item.span.q_end};
+  Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>::mask_partial_groups(stage.d_o_scaled_t,
+                                                                               q0, queries);
+  if constexpr (kBf16Grad) {
+    Bf16TransposedCopy<kBlockM, kHeadDim> q_t;
+    q_t.fetch(p.q16, head, q0, queries);
+    q_t.store(stage.q16_t);
+  } else {
+    Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>::mask_partial_groups(stage.q_t, q0,
+                                                                                 queries);
+  }
+}
+
+// ---- one stage ---------------------------------------------------------------------------------
+
+// Issues the copies of `step` and fetches its factors (into its stage and `factors`).
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void issue_step_loads(BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                                 const BackwardParams& p, const KeyTileItem& item,
+                                                 const StepCursor& step,
+                                                 QueryFactorFetch& factors) {
+  if (!step.valid(item)) return;
+  const int head = step.head(item, p.group_size);
+  issue_query_tiles<kHeadDim, kBf16Grad>(smem.stage[step.stage], p, item, head, step.q0);
+  factors.fetch(smem.query[step.stage], p, item, head, step.q0);
+}
+
+// Completes `step`'s stage: waits for this thread's copies, patches them, writes the factors,
+// and publishes everything to the CTA (and to wgmma) with a proxy fence and a barrier. The
+// barrier also ends the previous step: every reader of its stage is done after it.
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void finish_step_loads(BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                                  const BackwardParams& p, const KeyTileItem& item,
+                                                  const StepCursor& step,
+                                                  const QueryFactorFetch& factors) {
+  async_copy_wait_all();
+  if (step.valid(item)) {
+    const int head = step.head(item, p.group_size);
+    finish_query_tiles<kHeadDim, kBf16Grad>(smem.stage[step.stage], p, item, head, step.q0);
+    factors.store(smem.query[step.stage], p, item, step.q0);
+  }
+  hopper::fence_proxy_async_shared();
+  __syncthreads();
+}
+
+}  // namespace flamia::backward

@@ -1,0 +1,131 @@
+"""The pretraining example (examples/pretrain): data packing invariants, the CPU attention
+backend against float64, and a few training steps end to end on the CPU."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from attention_reference import attention_f64, rel_l2
+from conftest import REPO
+
+EXAMPLE = REPO / "examples" / "pretrain"
+sys.path.insert(0, str(EXAMPLE))
+
+import attention as backends  # noqa: E402
+import data  # noqa: E402
+
+
+def synthetic_corpus(lengths, seed=0):
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(0, 256, size=sum(lengths), dtype=np.uint8)
+    offsets = np.concatenate(([0], np.cumsum(lengths))).astype(np.int64)
+    return data.Corpus(tokens, offsets)
+
+
+LENGTHS = [1, 17, 113, 300, 2049, 5, 64, 1000]
+
+
+def test_packing_invariants():
+    corpus = synthetic_corpus(LENGTHS)
+    seq_len = 256
+    stream = data.PackedStream(corpus, seq_len, seed=3)
+    seen_tokens = 0
+    for _ in range(20):
+        batch = stream.next_batch(2)
+        assert batch.inputs.shape == (2 * seq_len,) and batch.targets.shape == batch.inputs.shape
+        cu = batch.cu_seqlens
+        assert cu.dtype == np.int32 and cu[0] == 0 and cu[-1] == 2 * seq_len
+        lengths = np.diff(cu)
+        assert (lengths > 0).all() and batch.max_seqlen == lengths.max() <= seq_len
+        assert (cu == seq_len).any()  # no piece crosses the sequence boundary
+        for start, end in zip(cu[:-1], cu[1:]):
+            assert (batch.positions[start:end] == np.arange(end - start)).all()
+            # Targets are the next input within the piece; the last one comes from the document.
+            assert (batch.targets[start:end - 1] == batch.inputs[start + 1:end]).all()
+        seen_tokens += batch.inputs.size
+    # BOS starts every document and is never a target (targets are bytes or IGNORE).
+    assert not (batch.targets == data.BOS).any()
+    assert set(np.unique(batch.targets)) <= set(range(256)) | {data.IGNORE}
+
+
+def test_every_document_is_read_once_per_epoch():
+    corpus = synthetic_corpus(LENGTHS)
+    total = sum(n + 1 for n in LENGTHS)  # + BOS per document
+    stream = data.PackedStream(corpus, total, seed=5)  # one sequence = exactly one epoch
+    inputs, targets, lengths = stream.next_sequence()
+    assert (inputs == data.BOS).sum() == len(LENGTHS)
+    assert (targets == data.IGNORE).sum() == len(LENGTHS)  # each document's last token
+    assert sorted(lengths) == sorted(n + 1 for n in LENGTHS)
+    assert stream.epoch == 0
+
+
+def test_same_seed_same_order():
+    corpus = synthetic_corpus(LENGTHS)
+    a = data.PackedStream(corpus, 128, seed=9)
+    b = data.PackedStream(corpus, 128, seed=9)
+    c = data.PackedStream(corpus, 128, seed=10)
+    batches = [(a.next_batch(2), b.next_batch(2), c.next_batch(2)) for _ in range(5)]
+    assert all(np.array_equal(x.inputs, y.inputs) and np.array_equal(x.cu_seqlens, y.cu_seqlens)
+               for x, y, _ in batches)
+    assert not all(np.array_equal(x.inputs, z.inputs) for x, _, z in batches)
+
+
+def test_committed_corpus_is_readable():
+    path = EXAMPLE / "data" / "corpus.npz"
+    if not path.is_file():
+        pytest.skip("examples/pretrain/data/corpus.npz is not in this checkout")
+    train, heldout, manifest = data.load(path)
+    assert train.n_docs > 1000 and heldout.n_docs > 10
+    assert train.offsets[-1] == train.tokens.size == manifest["train"]["tokens"]
+    assert heldout.offsets[-1] == heldout.tokens.size
+    text = bytes(train.tokens[train.offsets[0]:train.offsets[1]]).decode("utf-8", "replace")
+    assert sum(ch.isalpha() for ch in text) > len(text) // 3  # real text, not noise
+
+
+def test_sdpa_backend_matches_float64():
+    torch.manual_seed(0)
+    seqlens = [1, 17, 113, 49]
+    cu = torch.tensor(np.concatenate(([0], np.cumsum(seqlens))), dtype=torch.int32)
+    q = torch.randn(sum(seqlens), 4, 64)
+    k = torch.randn(sum(seqlens), 2, 64)
+    v = torch.randn(sum(seqlens), 2, 64)
+    attend, description = backends.make_backend("sdpa", torch.device("cpu"))
+    attend.state["bounds"] = list(zip(cu[:-1].tolist(), cu[1:].tolist()))
+    out = attend(q, k, v, cu, max(seqlens))
+    ref, _ = attention_f64(q, k, v, cu, cu, 1 / math.sqrt(64), True)
+    assert rel_l2(out, ref) < 1e-5 and "scaled_dot_product_attention" in description
+
+
+def test_training_steps_and_summary_on_cpu(tmp_path):
+    pytest.importorskip("matplotlib")
+    if not (EXAMPLE / "data" / "corpus.npz").is_file():
+        pytest.skip("examples/pretrain/data/corpus.npz is not in this checkout")
+    import summarize
+    import train
+
+    for name in ("bf16", "sdpa"):  # bf16 falls back to sdpa on the CPU
+        result = train.main(["--preset", "cpu-tiny", "--attention", name, "--steps", "3",
+                             "--eval-every", "2", "--device", "cpu", "--out-dir",
+                             str(tmp_path)])
+        assert result["steps"] == 3 and math.isfinite(result["final_train_loss"])
+        assert result["final_heldout_loss"] is not None
+        assert result["final_train_loss"] < math.log(320) + 0.5  # the model learns something
+    report = summarize.summarize(tmp_path, ["bf16", "sdpa"], "bf16", tmp_path / "p.json",
+                                 tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 1000
+    saved = json.loads((tmp_path / "p.json").read_text())
+    for key in ("commit", "dataset", "params", "tokens_per_step", "steps", "runs"):
+        assert key in saved
+    for run in saved["runs"].values():
+        for key in ("final_train_loss", "final_heldout_loss", "max_spike", "step_ms",
+                    "attention_ms", "csv", "png"):
+            assert key in run, key
+    # Same seed, same data, same (CPU) attention: identical losses, no spike.
+    assert report["runs"]["sdpa"]["final_train_loss"] == report["runs"]["bf16"][
+        "final_train_loss"]
