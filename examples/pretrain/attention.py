@@ -101,9 +101,11 @@ def _sdpa(q, k, v, cu_seqlens, max_seqlen, bounds):
     return torch.cat(outs, dim=0)
 
 
-def make_backend(name: str, device: torch.device, precision: str = "fp8"):
-    """Returns (attend, description). `attend(q, k, v, cu_seqlens, max_seqlen)`; the sdpa
-    backend also needs the host copy of the document bounds, passed as attend.bounds."""
+def make_backend(name: str, device: torch.device, precision: str = "fp8",
+                 heads=(8, 2, 128)):
+    """Returns (attend, description). `attend(q, k, v, cu_seqlens, max_seqlen)`. The sdpa
+    backend loops over documents on the host: set attend.state["bounds"] each step. `heads`
+    (heads_q, heads_kv, head_dim) is the shape the bf16 backend probes for native GQA."""
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {BACKENDS}")
     if name == "bf16":
@@ -112,7 +114,7 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8"):
         except ImportError:
             varlen_attn = None
         if varlen_attn is not None and device.type == "cuda":
-            return _varlen_backend(varlen_attn, device)
+            return _varlen_backend(varlen_attn, device, heads)
         name = "sdpa"
     if name == "sdpa":
         state = {"bounds": None}
@@ -131,37 +133,48 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8"):
         return flamia.attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                        causal=True, scale_mode=scale_mode, precision=precision)
 
-    return attend, f"flamia.attn_varlen_func(causal=True, scale_mode={scale_mode!r}, " \
-                   f"precision={precision!r})"
+    def explain(cu_seqlens, max_seqlen):
+        """flamia's own account of the kernel path for the model's shapes."""
+        heads_q, heads_kv, head_dim = heads
+        tokens = int(cu_seqlens[-1])
+
+        def empty(h):
+            return torch.empty(tokens, h, head_dim, device=device, dtype=torch.bfloat16)
+
+        return flamia.explain(empty(heads_q), empty(heads_kv), empty(heads_kv), cu_seqlens,
+                              cu_seqlens, max_seqlen, max_seqlen, causal=True,
+                              scale_mode=scale_mode, precision=precision)
+
+    attend.explain = explain
+    return attend, (f"flamia.attn_varlen_func(causal=True, scale_mode={scale_mode!r}, "
+                    f"precision={precision!r})")
 
 
-def _varlen_backend(varlen_attn, device):
-    """varlen_attn with native GQA when the kernel takes fewer KV heads, else KV repeated."""
-    state = {"repeat_kv": None}
+def _varlen_backend(varlen_attn, device, heads):
+    """varlen_attn with native GQA when the kernel takes fewer KV heads (probed once, here,
+    outside any compiled region), else with the KV heads repeated."""
+    heads_q, heads_kv, head_dim = heads
+    probe_tokens = 128
+    cu = torch.tensor([0, probe_tokens // 2, probe_tokens], dtype=torch.int32, device=device)
 
-    def native(q, k, v, cu_seqlens, max_seqlen):
+    def probe(h):
+        return torch.randn(probe_tokens, h, head_dim, device=device, dtype=torch.bfloat16)
+
+    try:
+        varlen_attn(probe(heads_q), probe(heads_kv), probe(heads_kv), cu, cu, probe_tokens // 2,
+                    probe_tokens // 2, window_size=(-1, 0))
+        repeat_kv = False
+    except RuntimeError:
+        repeat_kv = heads_q != heads_kv
+    group = heads_q // heads_kv
+
+    def attend(q, k, v, cu_seqlens, max_seqlen):
+        if repeat_kv:
+            k = k.repeat_interleave(group, dim=1)
+            v = v.repeat_interleave(group, dim=1)
         return varlen_attn(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                            window_size=(-1, 0))
 
-    def attend(q, k, v, cu_seqlens, max_seqlen):
-        if state["repeat_kv"] is None:  # probe once, on the first real call
-            try:
-                out = native(q, k, v, cu_seqlens, max_seqlen)
-                state["repeat_kv"] = False
-                return out
-            except RuntimeError:
-                state["repeat_kv"] = True
-        if state["repeat_kv"] and k.shape[1] != q.shape[1]:
-            group = q.shape[1] // k.shape[1]
-            k = k.repeat_interleave(group, dim=1)
-            v = v.repeat_interleave(group, dim=1)
-        return native(q, k, v, cu_seqlens, max_seqlen)
-
-    def describe():
-        gqa = {None: "GQA not probed yet", False: "native GQA",
-               True: "KV heads repeated (no native GQA)"}[state["repeat_kv"]]
-        return ("torch.nn.attention.varlen.varlen_attn (PyTorch's FlashAttention varlen "
-                f"kernels), causal via window_size=(-1, 0), {gqa}")
-
-    attend.describe = describe
-    return attend, describe()
+    gqa = "KV heads repeated (no native GQA)" if repeat_kv else "native GQA"
+    return attend, ("torch.nn.attention.varlen.varlen_attn (PyTorch's FlashAttention varlen "
+                    f"kernels), causal via window_size=(-1, 0), {gqa}")

@@ -211,8 +211,9 @@ def main(argv=None):
     model = Decoder(model_cfg).to(device)
     n_params = count_parameters(model)
     optimizer = make_optimizer(model, train_cfg, device)
-    attend, description = attention_backends.make_backend(args.attention, device,
-                                                          args.precision)
+    attend, description = attention_backends.make_backend(
+        args.attention, device, args.precision,
+        heads=(model_cfg.n_heads, model_cfg.n_kv_heads, model_cfg.head_dim))
     attend_state = getattr(attend, "state", None)
     timer = attention_backends.AttentionTimer(device, enabled=not args.compile)
     timed_attend = timer.wrap(attend)
@@ -260,8 +261,10 @@ def main(argv=None):
             sync(device)
             step_ms = (time.perf_counter() - t0) * 1e3
             fwd_ms, bwd_ms = timer.step_ms()
-            if step == 0 and hasattr(attend, "describe"):
-                summary["attention_path"] = description = attend.describe()
+            if step == 0 and hasattr(attend, "explain"):
+                summary["attention_path"] += "; flamia.explain: " + attend.explain(
+                    batch[3], batch[4])
+                print(summary["attention_path"], flush=True)
             row = {"step": step, "tokens": (step + 1) * tokens_per_step, "loss": loss_value,
                    "lr": lr, "grad_norm": float(grad_norm), "step_ms": step_ms,
                    "attn_fwd_ms": fwd_ms, "attn_bwd_ms": bwd_ms, "heldout_loss": "",

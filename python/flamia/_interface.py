@@ -112,5 +112,8 @@ def explain(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k:
                                 spec.softmax_scale, spec.causal, spec.scale_mode,
                                 spec.key_smoothing, spec.key_smoothing_vector)
     args = _ops.make_forward_args(q, k, v, out, lse, stats, problem, _ops._stream(q.device))
+    # The size query validates the problem, so an unsupported one raises FlamiaError with the
+    # library's reason instead of describing "no kernel path".
+    _ops.workspace_bytes(args)
     backward = f"backward: {spec.precision}" + (", deterministic" if spec.deterministic else "")
     return f"{_ops.describe_forward(args)}; {backward}"

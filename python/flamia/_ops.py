@@ -127,6 +127,15 @@ def _check_device_status(lib, workspace_ptr: int, device: torch.device) -> None:
                 lib.flamia_check_device_status(ctypes.c_void_p(workspace_ptr), _stream(device)))
 
 
+def workspace_bytes(args: _capi.ForwardArgs) -> int:
+    """flamia_forward_workspace_size (which also validates the problem)."""
+    nbytes = ctypes.c_size_t(0)
+    _capi.check("flamia_forward_workspace_size",
+                _capi.library().flamia_forward_workspace_size(ctypes.byref(args),
+                                                              ctypes.byref(nbytes)))
+    return nbytes.value
+
+
 def describe_forward(args: _capi.ForwardArgs) -> str:
     raw = _capi.library().flamia_describe_forward(ctypes.byref(args))
     return raw.decode(errors="replace") if raw else ""
@@ -164,12 +173,10 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Ten
                                softmax_scale, causal, scale_mode, key_smoothing,
                                key_smoothing_vector)
         args = make_forward_args(q, k, v, out, lse, stats, problem, _stream(q.device))
-        nbytes = ctypes.c_size_t(0)
-        _capi.check("flamia_forward_workspace_size",
-                    lib.flamia_forward_workspace_size(ctypes.byref(args), ctypes.byref(nbytes)))
-        workspace, workspace_ptr = _workspace(nbytes.value, q.device)
+        nbytes = workspace_bytes(args)
+        workspace, workspace_ptr = _workspace(nbytes, q.device)
         args.workspace = workspace_ptr
-        args.workspace_bytes = nbytes.value
+        args.workspace_bytes = nbytes
         if _env_flag(LOG_ENV):
             _log_path(describe_forward(args) + f"; backward: {precision}"
                       + (", deterministic" if deterministic else ""))

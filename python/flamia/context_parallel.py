@@ -600,13 +600,14 @@ class _Rank:
 
 
 def _kv_buffer(tokens: int, like: Tensor, dtype=None) -> Tensor:
-    # At least one token, so that no rank ever sends or receives a zero-sized message.
-    return like.new_empty((KV_PARTS, max(tokens, 1)) + tuple(like.shape[1:]),
+    """An uninitialised (2, tokens, heads_kv, head_dim) buffer shaped like the packed `like`.
+    At least one token, so that no rank ever sends or receives a zero-sized message."""
+    return like.new_empty((KV_PARTS, max(tokens, 1)) + tuple(like.shape[2:]),
                           dtype=dtype or like.dtype)
 
 
 def _pack_kv(k: Tensor, v: Tensor) -> Tensor:
-    buf = _kv_buffer(k.shape[0], k)
+    buf = k.new_empty((KV_PARTS, max(k.shape[0], 1)) + tuple(k.shape[1:]))
     buf[0, :k.shape[0]] = k
     buf[1, :v.shape[0]] = v
     return buf

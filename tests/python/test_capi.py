@@ -250,3 +250,54 @@ def test_real_library_exports_the_api(monkeypatch):
         assert isinstance(_capi.last_error_message(), str)
     finally:
         _capi._reset_for_tests()
+
+
+def test_real_library_accepts_our_arguments_up_to_the_device(monkeypatch):
+    """With the real library and no GPU: every host-side check of the library (sizes, strides,
+    alignment, workspace size) passes on what the bindings build, and the call stops only at
+    the missing device. A marshalling error would show as INVALID_ARGUMENT instead."""
+    path = _real_library()
+    if path is None:
+        pytest.skip("libflamia.so is not built (cmake --build build) in this checkout")
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is present: the library would run its kernels on host pointers")
+    monkeypatch.setenv(_capi.LIBRARY_ENV, str(path))
+    _capi._reset_for_tests()
+    try:
+        lib = _capi.library()
+        q, k, v, cu_q, cu_k = _cpu_problem(strided=True)
+        out, lse, stats = _ops._forward_outputs(q)
+        problem = _ops.make_problem(q, k, cu_q, cu_q, 133, 133, 0.088, True, "block32",
+                                    "first_key", None)
+        args = _ops.make_forward_args(q, k, v, out, lse, stats, problem, ctypes.c_void_p(0))
+        nbytes = _ops.workspace_bytes(args)
+        assert nbytes > 0
+        workspace, pointer = _ops._workspace(nbytes, torch.device("cpu"))
+        args.workspace, args.workspace_bytes = pointer, nbytes
+        description = _ops.describe_forward(args)
+        assert "hdim 128" in description and "block32" in description, description
+        with pytest.raises(flamia.FlamiaError) as info:
+            _capi.check("flamia_forward", lib.flamia_forward(ctypes.byref(args)))
+        assert info.value.status == _capi.Status.ERROR_NO_DEVICE, str(info.value)
+
+        dout = torch.randn_like(out)
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        bargs = _ops.make_backward_args(dout, q, k, v, out, lse, stats, dq, dk, dv, problem,
+                                        "fp8-bf16grad", True, ctypes.c_void_p(0))
+        size = ctypes.c_size_t(0)
+        _capi.check("flamia_backward_workspace_size",
+                    lib.flamia_backward_workspace_size(ctypes.byref(bargs), ctypes.byref(size)))
+        bworkspace, bpointer = _ops._workspace(size.value, torch.device("cpu"))
+        bargs.workspace, bargs.workspace_bytes = bpointer, size.value
+        with pytest.raises(flamia.FlamiaError) as info:
+            _capi.check("flamia_backward", lib.flamia_backward(ctypes.byref(bargs)))
+        assert info.value.status == _capi.Status.ERROR_NO_DEVICE, str(info.value)
+
+        # And a real refusal carries the library's message: head_dim 256 is not implemented.
+        problem.head_dim = 256
+        args.problem = problem
+        with pytest.raises(flamia.FlamiaError, match="head_dim 256"):
+            _ops.workspace_bytes(args)
+        del workspace, bworkspace
+    finally:
+        _capi._reset_for_tests()
