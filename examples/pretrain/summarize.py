@@ -106,7 +106,9 @@ def summarize(runs_dir, names, baseline, out_json, png):
 
     plot(loaded, baseline, base_smooth, png)
     report = {
-        "commit": base_meta.get("commit") or git_commit(),
+        # The GPU machine's copy of the tree may have no git history: then this checkout's.
+        "commit": (base_meta.get("commit") if base_meta.get("commit") not in (None, "unknown")
+                   else git_commit()),
         "dataset": base_meta.get("dataset"),
         "params": base_meta.get("params"),
         "model": base_meta.get("model"),

@@ -650,9 +650,9 @@ def _forward_program(rt: _Rank, q: Tensor, kv: Tensor) -> Generator:
     return out_acc.to(q.dtype), lse_acc, stats
 
 
-def _center_correction(rt: _Rank, blk: DeviceBlock, q, k_s, v_s, k_own, out, dout, lse,
-                       delta) -> Tensor:
-    """What flamia's FP8 dQ of one off-diagonal block misses, to add to it (FP32/FP64).
+def _center_correction(rt: _Rank, blk: DeviceBlock, q, k_s, v_s, k_own, out, dout, lse, delta,
+                       dq_acc: Tensor) -> None:
+    """Adds to dq_acc (FP32, in place) what flamia's FP8 dQ of one off-diagonal block misses.
 
     The FP8 backward computes dQ_i = scale * sum_j dS_ij (k_j - k_first(document)) over the
     call's document (numerics §5 step 7): equal to scale * sum_j dS_ij k_j only because a full
@@ -666,16 +666,20 @@ def _center_correction(rt: _Rank, blk: DeviceBlock, q, k_s, v_s, k_own, out, dou
     with torch.no_grad():
         out_b, lse_b, _ = rt.kernel.forward(q, k_s, v_s, blk.cu_q, blk.cu_k, blk.max_q,
                                             blk.max_k, blk.layout.causal)
-    acc = delta.dtype
+    acc = dq_acc.dtype
+    tokens, heads_q, dim = q.shape
+    heads_kv = k_s.shape[1]
     centre = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
     weight = torch.exp(lse_b.to(acc) - centre)  # 0 for rows without keys in the block
     row_sum = weight * ((dout.to(acc) * out_b.to(acc)).sum(dim=2).t() - delta)  # (heads, tokens)
     shift = k_s.index_select(0, blk.first_key_row).to(acc) - k_own.index_select(
-        0, blk.ref_key_row).to(acc)
-    shift = shift * blk.has_key_row.to(acc).view(-1, 1, 1)
-    group = q.shape[1] // k_s.shape[1]
-    shift = shift.repeat_interleave(group, dim=1)  # (tokens, heads_q, dim)
-    return rt.kernel.softmax_scale * row_sum.t().unsqueeze(2) * shift
+        0, blk.ref_key_row).to(acc)  # (tokens, heads_kv, dim)
+    shift.mul_(blk.has_key_row.to(acc).view(-1, 1, 1))
+    # Query head h uses KV head h // group: view dQ as (tokens, heads_kv, group, dim).
+    group = heads_q // heads_kv
+    dq_acc.view(tokens, heads_kv, group, dim).addcmul_(
+        row_sum.t().reshape(tokens, heads_kv, group, 1), shift.unsqueeze(2),
+        value=rt.kernel.softmax_scale)
 
 
 def _backward_program(rt: _Rank, q: Tensor, kv: Tensor, out: Tensor, dout: Tensor, lse: Tensor,
@@ -705,7 +709,7 @@ def _backward_program(rt: _Rank, q: Tensor, kv: Tensor, out: Tensor, dout: Tenso
                                                   blk.layout.causal)
             dq_acc += dq_b.to(acc_dtype)
             if rt.kernel.centers_dq_keys and s != r and q.shape[0] > 0 and tokens_s > 0:
-                dq_acc += _center_correction(rt, blk, q, k_s, v_s, k_own, out, dout, lse, delta)
+                _center_correction(rt, blk, q, k_s, v_s, k_own, out, dout, lse, delta, dq_acc)
         d_kv = _kv_buffer(tokens_s, kv, dtype=acc_dtype)
         d_kv[0, :tokens_s] = dk_b
         d_kv[1, :tokens_s] = dv_b
@@ -830,7 +834,7 @@ def _check_shard(plan: ShardPlan, rank: int, q: Tensor, k: Tensor, v: Tensor, ke
 
         if kernel.scale_mode == "block32" and plan.granularity % SCALE_BLOCK_TOKENS != 0:
             raise ValueError("block32 needs a plan whose granularity is a multiple of 32")
-        cu = plan.local_cu_seqlens(rank, q.device)
+        cu = plan.device_block(rank, rank, q.device).cu_q  # the local cu_seqlens (cached)
         max_len = max(plan.max_seqlen(rank), 1 if tokens else 0)
         _checks.check_varlen(q, k, v, cu, cu, max_len, max_len,
                              softmax_scale=kernel.softmax_scale, causal=True,

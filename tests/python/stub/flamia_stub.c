@@ -57,17 +57,26 @@ flamia_status flamia_check_device_status(void* workspace, void* stream) {
   return FLAMIA_OK;
 }
 
-const char* flamia_last_error_message(void) { return g_message; }
+const char* flamia_last_error_message(void) {
+  return g_message;
+}
 
 const char* flamia_status_name(flamia_status status) {
   switch (status) {
-    case FLAMIA_OK: return "FLAMIA_OK";
-    case FLAMIA_ERROR_INVALID_ARGUMENT: return "FLAMIA_ERROR_INVALID_ARGUMENT";
-    case FLAMIA_ERROR_UNSUPPORTED: return "FLAMIA_ERROR_UNSUPPORTED";
-    case FLAMIA_ERROR_WORKSPACE: return "FLAMIA_ERROR_WORKSPACE";
-    case FLAMIA_ERROR_CUDA: return "FLAMIA_ERROR_CUDA";
-    case FLAMIA_ERROR_INVALID_SEQLENS: return "FLAMIA_ERROR_INVALID_SEQLENS";
-    case FLAMIA_ERROR_NO_DEVICE: return "FLAMIA_ERROR_NO_DEVICE";
+    case FLAMIA_OK:
+      return "FLAMIA_OK";
+    case FLAMIA_ERROR_INVALID_ARGUMENT:
+      return "FLAMIA_ERROR_INVALID_ARGUMENT";
+    case FLAMIA_ERROR_UNSUPPORTED:
+      return "FLAMIA_ERROR_UNSUPPORTED";
+    case FLAMIA_ERROR_WORKSPACE:
+      return "FLAMIA_ERROR_WORKSPACE";
+    case FLAMIA_ERROR_CUDA:
+      return "FLAMIA_ERROR_CUDA";
+    case FLAMIA_ERROR_INVALID_SEQLENS:
+      return "FLAMIA_ERROR_INVALID_SEQLENS";
+    case FLAMIA_ERROR_NO_DEVICE:
+      return "FLAMIA_ERROR_NO_DEVICE";
   }
   return "FLAMIA_UNKNOWN_STATUS";
 }
@@ -85,11 +94,10 @@ const char* flamia_describe_forward(const flamia_forward_args* a) {
                    "heads_q=%d heads_kv=%d head_dim=%d max_q=%d max_k=%d scale=%.9g causal=%d "
                    "scale_mode=%d smoothing=%d vector=%p",
                    (const void*)p->cu_seqlens_q, (const void*)p->cu_seqlens_k,
-                   (const void*)p->host_cu_seqlens_q, (const void*)p->host_cu_seqlens_k,
-                   p->batch, p->total_q, p->total_k, p->heads_q, p->heads_kv, p->head_dim,
-                   p->max_seqlen_q, p->max_seqlen_k, p->softmax_scale, p->causal,
-                   (int)p->scale_mode, (int)p->key_smoothing,
-                   (const void*)p->key_smoothing_vector);
+                   (const void*)p->host_cu_seqlens_q, (const void*)p->host_cu_seqlens_k, p->batch,
+                   p->total_q, p->total_k, p->heads_q, p->heads_kv, p->head_dim, p->max_seqlen_q,
+                   p->max_seqlen_k, p->softmax_scale, p->causal, (int)p->scale_mode,
+                   (int)p->key_smoothing, (const void*)p->key_smoothing_vector);
   size_t room = sizeof g_description;
   n += print_tensor(g_description + n, room - n, "q", &a->q);
   n += print_tensor(g_description + n, room - n, "k", &a->k);
@@ -103,7 +111,8 @@ const char* flamia_describe_forward(const flamia_forward_args* a) {
 /* Not part of the C API: the backward's fields, for the marshalling test. */
 const char* flamia_stub_describe_backward(const flamia_backward_args* a) {
   size_t room = sizeof g_description;
-  int n = snprintf(g_description, room, "stub batch=%d total_q=%d total_k=%d precision=%d "
+  int n = snprintf(g_description, room,
+                   "stub batch=%d total_q=%d total_k=%d precision=%d "
                    "deterministic=%d",
                    a->problem.batch, a->problem.total_q, a->problem.total_k, (int)a->precision,
                    a->deterministic);
