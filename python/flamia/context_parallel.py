@@ -711,6 +711,8 @@ def _backward_program(rt: _Rank, q: Tensor, kv: Tensor, out: Tensor, dout: Tenso
             if rt.kernel.centers_dq_keys and s != r and q.shape[0] > 0 and tokens_s > 0:
                 _center_correction(rt, blk, q, k_s, v_s, k_own, out, dout, lse, delta, dq_acc)
         d_kv = _kv_buffer(tokens_s, kv, dtype=acc_dtype)
+        if tokens_s == 0:
+            d_kv.zero_()  # the one padding token (no rank sends a zero-sized message)
         d_kv[0, :tokens_s] = dk_b
         d_kv[1, :tokens_s] = dv_b
         if step > 0:  # the gradients of these keys from the ranks before this one

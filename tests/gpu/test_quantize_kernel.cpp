@@ -52,6 +52,20 @@ class InputGenerator {
     return v;
   }
   // {M, l} per (head, query): l spans many magnitudes; some rows have l = 0 (no visible key).
+  // Rows whose dO / l are exact E4M3 ties: l = (3, 5 or 7) * 2^k and dO = tie * l, both exact
+  // in BF16/FP32, so only an IEEE division (not x * (1 / l)) gives the tie back.
+  void divided_ties(ref::HostTensor& d_o, std::vector<float>& stats) {
+    constexpr int kOdd[] = {3, 5, 7};
+    for (int t = 0; t < d_o.tokens; ++t)
+      for (int h = 0; h < d_o.heads; ++h) {
+        if (uniform_int(0, 7) != 0) continue;
+        const float l = float(kOdd[uniform_int(0, 2)]) * std::ldexp(1.0f, uniform_int(-6, 10));
+        stats[(size_t(h) * d_o.tokens + t) * 2 + 1] = l;
+        const float scale = std::ldexp(1.0f, uniform_int(-10, 10));
+        for (int d = 0; d < d_o.dim; ++d) d_o.set(t, h, d, tie_value() * scale * l);
+      }
+  }
+
   std::vector<float> softmax_stats(int heads, int tokens) {
     std::vector<float> stats(size_t(heads) * tokens * 2);
     for (size_t r = 0; r < stats.size() / 2; ++r) {
@@ -84,11 +98,7 @@ class InputGenerator {
         // amax = 448 * 2^s fixes the exponent at s; the other values sit exactly halfway
         // between two E4M3 values (times 2^s), where only round-to-nearest-even decides.
         const int s = uniform_int(-24, 24);
-        for (int d = 0; d < dim; ++d) {
-          const int code = uniform_int(0, kE4M3MaxCode - 1);
-          const float mid = 0.5f * (e4m3_decode(uint8_t(code)) + e4m3_decode(uint8_t(code + 1)));
-          x.set(t, h, d, (uniform_int(0, 1) ? -mid : mid) * std::ldexp(1.0f, s));
-        }
+        for (int d = 0; d < dim; ++d) x.set(t, h, d, tie_value() * std::ldexp(1.0f, s));
         x.set(t, h, uniform_int(0, dim - 1), kE4M3Max * std::ldexp(1.0f, s));
         return;
       }
@@ -110,6 +120,12 @@ class InputGenerator {
     }
   }
 
+  // A value halfway between two consecutive E4M3 values, random sign.
+  float tie_value() {
+    const int code = uniform_int(0, kE4M3MaxCode - 1);
+    const float mid = 0.5f * (e4m3_decode(uint8_t(code)) + e4m3_decode(uint8_t(code + 1)));
+    return uniform_int(0, 1) ? -mid : mid;
+  }
   float normal() { return std::normal_distribution<float>(0.0f, 1.0f)(rng_); }
   float uniform() { return std::uniform_real_distribution<float>(0.0f, 1.0f)(rng_); }
   int uniform_int(int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng_); }
@@ -412,6 +428,7 @@ struct CaseData {
     inputs.d_o = gen.tensor(tq, c.heads_q, dim);
     o = gen.tensor(tq, c.heads_q, dim, /*extreme=*/false);
     stats = gen.softmax_stats(c.heads_q, tq);
+    gen.divided_ties(inputs.d_o, stats);
     if (c.smoothing == KeySmoothing::kVector)
       problem.smoothing_vector = gen.smoothing_vector(c.heads_kv, dim);
     cu_q = DeviceBuffer<int32_t>(problem.cu_seqlens_q);

@@ -15,7 +15,6 @@ with flamia's kernels against the single-GPU flamia result on the same inputs (r
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 import torch
@@ -282,6 +281,26 @@ def test_simulated_ring_is_exact_in_float64(world, key_smoothing, centered_dq):
     for name in ("out", "dq", "dk", "dv"):
         assert torch.isfinite(ring[name]).all(), name
         assert rel_l2(ring[name], ref[name]) <= EXACT_F64, name
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_simulated_ring_with_flamia_dtypes(world):
+    """BF16 inputs with FP32 statistics and BF16 block outputs and gradients, as flamia's ops
+    return them, and large logits (LSE far from 0, where l_adj's FP32 exponent matters): the
+    ring stays at BF16 rounding distance from one call on the whole batch."""
+    data = make_f64(AWKWARD_RING, seed=2)
+    bf16 = {n: data[n].to(BF16) for n in ("q", "k", "v", "dout")}
+    bf16["q"] = (4.0 * data["q"]).to(BF16)
+    bf16.update(cu=data["cu"], scale=data["scale"])
+    kernel = TorchBlockKernel(data["scale"], centered_dq=True)
+    one = run_simulated(ShardPlan.build(AWKWARD_RING, 1), bf16, kernel)
+    plan = ShardPlan.build(AWKWARD_RING, world, min_split_tokens=small_split(world))
+    ring = run_simulated(plan, bf16, kernel)
+    assert ring["lse"].dtype == torch.float32
+    assert (ring["lse"] - one["lse"]).abs().max() <= 1e-4
+    for name in ("out", "dq", "dk", "dv"):
+        assert ring[name].dtype == BF16 and torch.isfinite(ring[name]).all(), name
+        assert rel_l2(ring[name], one[name]) <= 1.5e-2, name
 
 
 def test_ring_without_l_adj_is_wrong(monkeypatch):

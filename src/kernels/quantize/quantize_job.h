@@ -35,7 +35,7 @@ enum class Transform : uint8_t {
   kIdentity = 0,
   kSubtractFirstKey = 1,  // x - x[first token of the document] (same tensor, same head)
   kSubtractVector = 2,    // x - shift_vector[head][:]
-  kDivideByL = 3,         // x / l (IEEE), l = softmax_stats[head][token][1]
+  kDivideByL = 3,         // x / l (IEEE; 0 where l = 0), l = softmax_stats[head][token][1]
 };
 enum class BlockKind : uint8_t {
   kToken = 0,    // one token (exact mode)
