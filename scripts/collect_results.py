@@ -18,11 +18,11 @@ def count_tests(out: Path) -> dict:
     ctest = out / "ctest.log"
     if ctest.exists():
         text = ctest.read_text(errors="replace")
-        m = re.search(r"tests passed, (\d+) tests failed out of (\d+)", text)
+        # "100% tests passed out of N" or "97% tests passed, 3 tests failed out of N"
+        m = re.search(r"tests passed(?:, (\d+) tests failed)? out of (\d+)", text)
         if m:
-            failed, total = int(m.group(1)), int(m.group(2))
-            skipped = len(re.findall(r"\*\*\*Skipped|\(Skipped\)", text)) // 2 or len(
-                re.findall(r"\*\*\*Skipped", text))
+            failed, total = int(m.group(1) or 0), int(m.group(2))
+            skipped = len(re.findall(r"\*\*\*Skipped", text))
             counts["failed"] += failed
             counts["skipped"] += skipped
             counts["passed"] += total - failed - skipped
