@@ -102,7 +102,7 @@ def _sdpa(q, k, v, cu_seqlens, max_seqlen, bounds):
 
 
 def make_backend(name: str, device: torch.device, precision: str = "fp8",
-                 heads=(8, 2, 128)):
+                 heads=(8, 2, 128), key_smoothing: str = "none"):
     """Returns (attend, description). `attend(q, k, v, cu_seqlens, max_seqlen)`. The sdpa
     backend loops over documents on the host: set attend.state["bounds"] each step. `heads`
     (heads_q, heads_kv, head_dim) is the shape the bf16 backend probes for native GQA."""
@@ -131,7 +131,8 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
 
     def attend(q, k, v, cu_seqlens, max_seqlen):
         return flamia.attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                                       causal=True, scale_mode=scale_mode, precision=precision)
+                                       causal=True, scale_mode=scale_mode, precision=precision,
+                                       key_smoothing=key_smoothing)
 
     def explain(cu_seqlens, max_seqlen):
         """flamia's own account of the kernel path for the model's shapes."""
@@ -143,11 +144,12 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
 
         return flamia.explain(empty(heads_q), empty(heads_kv), empty(heads_kv), cu_seqlens,
                               cu_seqlens, max_seqlen, max_seqlen, causal=True,
-                              scale_mode=scale_mode, precision=precision)
+                              scale_mode=scale_mode, precision=precision,
+                              key_smoothing=key_smoothing)
 
     attend.explain = explain
     return attend, (f"flamia.attn_varlen_func(causal=True, scale_mode={scale_mode!r}, "
-                    f"precision={precision!r})")
+                    f"precision={precision!r}, key_smoothing={key_smoothing!r})")
 
 
 def _varlen_backend(varlen_attn, device, heads):

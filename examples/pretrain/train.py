@@ -178,6 +178,10 @@ def parse_args(argv=None):
     parser.add_argument("--lr", type=float)
     parser.add_argument("--seed", type=int)
     parser.add_argument("--eval-every", type=int)
+    parser.add_argument("--key-smoothing", default="none", choices=("none", "first_key"),
+                        help="flamia key smoothing (first_key: subtract each document's first "
+                             "key; reduces the FP8 error when keys share a large component "
+                             "or a sink token attracts attention)")
     parser.add_argument("--precision", default="fp8", choices=("fp8", "fp8-bf16grad"),
                         help="flamia backward precision")
     parser.add_argument("--compile", action="store_true",
@@ -213,7 +217,8 @@ def main(argv=None):
     optimizer = make_optimizer(model, train_cfg, device)
     attend, description = attention_backends.make_backend(
         args.attention, device, args.precision,
-        heads=(model_cfg.n_heads, model_cfg.n_kv_heads, model_cfg.head_dim))
+        heads=(model_cfg.n_heads, model_cfg.n_kv_heads, model_cfg.head_dim),
+        key_smoothing=args.key_smoothing)
     attend_state = getattr(attend, "state", None)
     timer = attention_backends.AttentionTimer(device, enabled=not args.compile)
     timed_attend = timer.wrap(attend)
