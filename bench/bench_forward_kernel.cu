@@ -42,13 +42,13 @@ std::vector<int> parse_list(const char* s) {
   return v;
 }
 
-#define CHECK(x)                                                                  \
-  do {                                                                            \
-    cudaError_t e = (x);                                                          \
-    if (e != cudaSuccess) {                                                       \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e));        \
-      std::exit(1);                                                               \
-    }                                                                             \
+#define CHECK(x)                                                          \
+  do {                                                                    \
+    cudaError_t e = (x);                                                  \
+    if (e != cudaSuccess) {                                               \
+      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e)); \
+      std::exit(1);                                                       \
+    }                                                                     \
   } while (0)
 
 }  // namespace
@@ -58,12 +58,18 @@ int main(int argc, char** argv) {
   int heads_q = 16, heads_kv = 16, head_dim = 128, iters = 20;
   bool causal = true;
   for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--docs") && i + 1 < argc) docs = parse_list(argv[++i]);
-    else if (!std::strcmp(argv[i], "--heads-q") && i + 1 < argc) heads_q = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--heads-kv") && i + 1 < argc) heads_kv = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--head-dim") && i + 1 < argc) head_dim = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc) iters = std::atoi(argv[++i]);
-    else if (!std::strcmp(argv[i], "--full")) causal = false;
+    if (!std::strcmp(argv[i], "--docs") && i + 1 < argc)
+      docs = parse_list(argv[++i]);
+    else if (!std::strcmp(argv[i], "--heads-q") && i + 1 < argc)
+      heads_q = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--heads-kv") && i + 1 < argc)
+      heads_kv = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--head-dim") && i + 1 < argc)
+      head_dim = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--iters") && i + 1 < argc)
+      iters = std::atoi(argv[++i]);
+    else if (!std::strcmp(argv[i], "--full"))
+      causal = false;
   }
   std::vector<int32_t> cu = {0};
   double flops = 0;

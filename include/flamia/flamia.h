@@ -33,8 +33,8 @@ typedef enum flamia_scale_mode {
 } flamia_scale_mode;
 
 typedef enum flamia_precision {
-  FLAMIA_PRECISION_FP8 = 0,          /* all five backward products in FP8 */
-  FLAMIA_PRECISION_FP8_BF16GRAD = 1  /* dP, dQ and dK in BF16 (more accurate backward) */
+  FLAMIA_PRECISION_FP8 = 0,         /* all five backward products in FP8 */
+  FLAMIA_PRECISION_FP8_BF16GRAD = 1 /* dP, dQ and dK in BF16 (more accurate backward) */
 } flamia_precision;
 
 typedef enum flamia_key_smoothing {

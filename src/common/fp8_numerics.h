@@ -15,14 +15,14 @@
 namespace flamia {
 
 // ---- Formats -------------------------------------------------------------------------------
-constexpr float kE4M3Max = 448.0f;        // 1.75 * 2^8, largest finite e4m3fn value
-constexpr uint8_t kE4M3MaxCode = 0x7E;    // its encoding
-constexpr uint8_t kE4M3NanCode = 0x7F;    // e4m3fn has no infinities
-constexpr int kMinScaleExponent = -126;   // keeps 2^e and 2^-e normal FP32 numbers
+constexpr float kE4M3Max = 448.0f;       // 1.75 * 2^8, largest finite e4m3fn value
+constexpr uint8_t kE4M3MaxCode = 0x7E;   // its encoding
+constexpr uint8_t kE4M3NanCode = 0x7F;   // e4m3fn has no infinities
+constexpr int kMinScaleExponent = -126;  // keeps 2^e and 2^-e normal FP32 numbers
 constexpr int kMaxScaleExponent = 127;
 
 // ---- Scale blocks ---------------------------------------------------------------------------
-constexpr int kBlock32Tokens = 32;  // `block32` mode: document-local blocks of 32 tokens
+constexpr int kBlock32Tokens = 32;        // `block32` mode: document-local blocks of 32 tokens
 constexpr int kDoScaledBlockTokens = 64;  // dO/l copy: document-local blocks of 64 queries
 
 // ---- Softmax ---------------------------------------------------------------------------------
@@ -74,7 +74,9 @@ FLAMIA_HD float bits_float(uint32_t u) {
 }
 
 // 2^e as an FP32 number, exact for e in [kMinScaleExponent, kMaxScaleExponent].
-FLAMIA_HD float exp2_int(int e) { return bits_float(uint32_t(e + 127) << 23); }
+FLAMIA_HD float exp2_int(int e) {
+  return bits_float(uint32_t(e + 127) << 23);
+}
 
 // The saturation-avoiding scale rule: the smallest e with amax * 2^-e <= 448, computed exactly
 // from amax's exponent and mantissa (no log2f/ceilf), clamped to the representable range.
@@ -129,9 +131,9 @@ FLAMIA_HD uint8_t e4m3_encode(float x) {
     // subnormal grid 2^-9; code 8 (= 2^-6) is the smallest normal, encoded the same way
     return uint8_t(sign | uint8_t(round_half_even_small(a * 512.0f)));
   }
-  const int exponent = int(abs_bits >> 23) - 127;                   // -6 .. 8
+  const int exponent = int(abs_bits >> 23) - 127;                                  // -6 .. 8
   const float fraction = bits_float((abs_bits & 0x7FFFFFu) | 0x3F800000u) - 1.0f;  // [0, 1)
-  int mantissa = int(round_half_even_small(fraction * 8.0f));      // 0 .. 8
+  int mantissa = int(round_half_even_small(fraction * 8.0f));                      // 0 .. 8
   int biased = exponent + 7;
   if (mantissa == 8) {
     mantissa = 0;

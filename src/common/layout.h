@@ -27,25 +27,25 @@ struct PackedShape {
 
 // One FP8 copy of a (tokens, heads, D) tensor with its per-(head, token) int8 exponents.
 struct Fp8Copy {
-  uint8_t* values = nullptr;  // row-major [tokens][heads][D], or token-major [heads][D][pad16]
+  uint8_t* values = nullptr;    // row-major [tokens][heads][D], or token-major [heads][D][pad16]
   int8_t* exponents = nullptr;  // [heads][tokens]
 };
 
 // The forward's operands.
 struct ForwardOperands {
-  Fp8Copy q;             // row-major
-  Fp8Copy k;             // row-major, from k - m (key smoothing)
-  Fp8Copy v_t;           // token-major, permuted; exponents = ev
+  Fp8Copy q;                   // row-major
+  Fp8Copy k;                   // row-major, from k - m (key smoothing)
+  Fp8Copy v_t;                 // token-major, permuted; exponents = ev
   float* lse_shift = nullptr;  // [heads_q][total_q]: softmax_scale * (q . m), or nullptr
 };
 
 // The backward's additional operands (the forward's are rebuilt by the same quantize pass).
 struct BackwardOperands {
-  Fp8Copy q_t;        // token-major, permuted (same exponents as q)
-  Fp8Copy k_centered_t;  // token-major, natural order, from k - k_first(doc)
-  Fp8Copy v;          // row-major (same exponents as v_t)
-  Fp8Copy d_o;        // row-major, scale_mode blocks
-  Fp8Copy d_o_scaled_t;  // (dO / l), token-major, permuted, 64-query tile-aligned blocks
+  Fp8Copy q_t;             // token-major, permuted (same exponents as q)
+  Fp8Copy k_centered_t;    // token-major, natural order, from k - k_first(doc)
+  Fp8Copy v;               // row-major (same exponents as v_t)
+  Fp8Copy d_o;             // row-major, scale_mode blocks
+  Fp8Copy d_o_scaled_t;    // (dO / l), token-major, permuted, 64-query tile-aligned blocks
   float* delta = nullptr;  // D_i = 2^edo_i * (dÔ_i . O_i), [heads_q][total_q]
 };
 

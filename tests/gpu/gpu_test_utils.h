@@ -24,8 +24,8 @@ inline bool has_sm90() {
 }
 
 // Use at the top of every GPU test: skips (and says so) without an sm_90 GPU.
-#define FLAMIA_REQUIRE_SM90()                                                     \
-  do {                                                                            \
+#define FLAMIA_REQUIRE_SM90()                                                          \
+  do {                                                                                 \
     if (!::flamia::test::has_sm90()) GTEST_SKIP() << "no sm_90 GPU: GPU test skipped"; \
   } while (0)
 
@@ -72,7 +72,8 @@ class DeviceBuffer {
   T* get() const { return static_cast<T*>(ptr_); }
   size_t size() const { return count_; }
   void upload(const std::vector<T>& host) {
-    if (!host.empty()) cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
+    if (!host.empty())
+      cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
   }
   std::vector<T> download() const {
     std::vector<T> host(count_);

@@ -21,7 +21,7 @@ namespace {
 // tokens): the FP8 tensor-core accumulation and P̂ rounding flips against the exact reference.
 // The float64 criterion (kernel no worse than the contract's own error) is the binding one.
 constexpr double kMaxErrorVsReference = 2e-2;
-constexpr double kFloat64Factor = 1.1;         // kernel error <= 1.1 x reference error + 1e-3
+constexpr double kFloat64Factor = 1.1;  // kernel error <= 1.1 x reference error + 1e-3
 constexpr double kFloat64Slack = 1e-3;
 constexpr int kDeterministicRuns = 10;
 

@@ -36,7 +36,9 @@ ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs
   const ref::ForwardOperandsRef ops = ref::quantize_forward_operands(problem, inputs);
   DeviceBuffer<int32_t> cu_q(problem.cu_seqlens_q), cu_k(problem.cu_seqlens_k);
   DeviceBuffer<uint8_t> q(ops.q.values), k(ops.k.values), v_t(ops.v_t);
-  auto to_bytes = [](const std::vector<int8_t>& e) { return std::vector<uint8_t>(e.begin(), e.end()); };
+  auto to_bytes = [](const std::vector<int8_t>& e) {
+    return std::vector<uint8_t>(e.begin(), e.end());
+  };
   DeviceBuffer<uint8_t> q_exp(to_bytes(ops.q.exponents)), k_exp(to_bytes(ops.k.exponents)),
       v_exp(to_bytes(ops.v.exponents));
   DeviceBuffer<float> lse_shift(ops.lse_shift);
@@ -60,8 +62,10 @@ ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs
   s.head_dim = problem.head_dim;
   s.causal = problem.causal;
   for (int b = 0; b < problem.batch(); ++b) {
-    s.max_seqlen_q = std::max(s.max_seqlen_q, problem.cu_seqlens_q[b + 1] - problem.cu_seqlens_q[b]);
-    s.max_seqlen_k = std::max(s.max_seqlen_k, problem.cu_seqlens_k[b + 1] - problem.cu_seqlens_k[b]);
+    s.max_seqlen_q =
+        std::max(s.max_seqlen_q, problem.cu_seqlens_q[b + 1] - problem.cu_seqlens_q[b]);
+    s.max_seqlen_k =
+        std::max(s.max_seqlen_k, problem.cu_seqlens_k[b + 1] - problem.cu_seqlens_k[b]);
   }
   args.softmax_scale = problem.softmax_scale;
   args.in.q = {q.get(), reinterpret_cast<int8_t*>(q_exp.get())};
@@ -122,7 +126,8 @@ TEST_P(ForwardKernelTest, MatchesReference) {
   }
   EXPECT_LE(lse_err, 2e-3);
   int m_mismatch = 0;
-  for (size_t i = 0; i < gpu.stats.size(); i += 2) m_mismatch += gpu.stats[i] != expected.softmax_stats[i];
+  for (size_t i = 0; i < gpu.stats.size(); i += 2)
+    m_mismatch += gpu.stats[i] != expected.softmax_stats[i];
   EXPECT_LE(m_mismatch, int(gpu.stats.size() / 2 / 100 + 1)) << "integer offsets M differ";
   std::printf("[forward %s] rel_l2 vs ref %.3g, vs f64 %.3g (ref %.3g), max|dLSE| %.3g\n",
               c.name.c_str(), err_vs_ref, err_gpu, err_ref, lse_err);
@@ -140,10 +145,17 @@ std::vector<ForwardCase> forward_cases() {
         cases.push_back({tag + "_gqa4", {130, 7, 700}, 8, 2, d, causal, mode});
       }
   cases.push_back({"d128_long", {4100, 33, 1500}, 2, 1, 128, true, ScaleMode::kExact});
-  cases.push_back({"d128_keybias", {1000, 600}, 2, 2, 128, true, ScaleMode::kExact,
-                   KeySmoothing::kNone, 6.0f});
-  cases.push_back({"d128_keybias_smoothed", {1000, 600}, 2, 2, 128, true, ScaleMode::kExact,
-                   KeySmoothing::kFirstKey, 6.0f});
+  cases.push_back(
+      {"d128_keybias", {1000, 600}, 2, 2, 128, true, ScaleMode::kExact, KeySmoothing::kNone, 6.0f});
+  cases.push_back({"d128_keybias_smoothed",
+                   {1000, 600},
+                   2,
+                   2,
+                   128,
+                   true,
+                   ScaleMode::kExact,
+                   KeySmoothing::kFirstKey,
+                   6.0f});
   cases.push_back({"d64_many_tiny", std::vector<int>(300, 5), 4, 4, 64, true, ScaleMode::kExact});
   return cases;
 }

@@ -38,7 +38,8 @@ __device__ __forceinline__ void mma_scores(float (&s)[kBlockN / 2], uint64_t des
 template <int kHeadDim>
 __device__ __forceinline__ void mma_output(
     float (&o)[kHeadDim / 2], const uint32_t (&a)[ForwardTile<kHeadDim>::kBlockN / 32][4],
-    const uint8_t (&vt)[ForwardTile<kHeadDim>::kVtSubtiles][ForwardTile<kHeadDim>::kVtSubtileBytes]) {
+    const uint8_t (
+        &vt)[ForwardTile<kHeadDim>::kVtSubtiles][ForwardTile<kHeadDim>::kVtSubtileBytes]) {
   using Tile = ForwardTile<kHeadDim>;
   hopper::warpgroup_fence();
 #pragma unroll
@@ -57,8 +58,8 @@ __device__ __forceinline__ void mma_output(
 }
 
 template <int kHeadDim, bool kDebugProbabilities>
-__device__ __forceinline__ void run_consumer(const ForwardParams& p,
-                                             SharedStorage<kHeadDim>& smem, int consumer) {
+__device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
+                                             int consumer) {
   using Tile = ForwardTile<kHeadDim>;
   constexpr int kBlockN = Tile::kBlockN;
   hopper::warpgroup_registers_increase<kConsumerRegisters>();
@@ -99,11 +100,11 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p,
       const KeyPairFactors* factors = smem.factors[stage];
       const int first_key_local = w.geo.k_tile_base + n * kBlockN - w.geo.k_start;
       if (n >= w.geo.causal_from) {
-        softmax_scores_to_exponents<kBlockN, true>(s, state, ratio, factors, lane,
-                                                   first_key_local, row_local);
+        softmax_scores_to_exponents<kBlockN, true>(s, state, ratio, factors, lane, first_key_local,
+                                                   row_local);
       } else {
-        softmax_scores_to_exponents<kBlockN, false>(s, state, ratio, factors, lane,
-                                                    first_key_local, row_local);
+        softmax_scores_to_exponents<kBlockN, false>(s, state, ratio, factors, lane, first_key_local,
+                                                    row_local);
       }
       softmax_exponents_to_probabilities<kBlockN>(s, state, factors, lane);
       hopper::mbarrier_arrive(&smem.k_empty[stage]);
@@ -137,7 +138,8 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p,
       hopper::fence_registers(o);
       hopper::mbarrier_arrive(&smem.v_empty[stage]);
     }
-    if (w.geo.n_tiles == 0) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);  // release the unused Q tile
+    if (w.geo.n_tiles == 0)
+      hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);  // release the unused Q tile
     write_outputs<Tile::kOutRegisters>(p, w, o, state, row_local, lane);
   }
 }

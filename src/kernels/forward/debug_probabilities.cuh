@@ -10,8 +10,7 @@
 namespace flamia::forward {
 
 template <int kBlockN>
-__device__ __forceinline__ void write_debug_probabilities(const ForwardParams& p,
-                                                          const WorkItem& w,
+__device__ __forceinline__ void write_debug_probabilities(const ForwardParams& p, const WorkItem& w,
                                                           const float (&s)[kBlockN / 2],
                                                           const RowState& state, int n,
                                                           const int (&row_local)[2], int lane) {
@@ -23,9 +22,10 @@ __device__ __forceinline__ void write_debug_probabilities(const ForwardParams& p
     const int key_local = key - w.geo.k_start;
     if (row_local[r] >= w.geo.q_len || key_local < 0 || key_local >= w.geo.k_len) continue;
     if (p.causal && key_local > row_local[r]) continue;
-    const float value = e4m3_decode(e4m3_encode(s[i])) *
-                        exp2_int(int(state.row_max[r]) - kSoftmaxOffset);
-    const int64_t at = (int64_t(w.head) * p.total_q + w.geo.q_start + row_local[r]) * p.total_k + key;
+    const float value =
+        e4m3_decode(e4m3_encode(s[i])) * exp2_int(int(state.row_max[r]) - kSoftmaxOffset);
+    const int64_t at =
+        (int64_t(w.head) * p.total_q + w.geo.q_start + row_local[r]) * p.total_k + key;
     p.debug_p_hat[at] = value;
   }
 }

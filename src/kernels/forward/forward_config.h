@@ -40,8 +40,8 @@ struct ForwardTile {
   static constexpr int kQTileBytes = kBlockM * kHeadDim;
   static constexpr int kKTileBytes = kBlockN * kHeadDim;
   static constexpr int kVTileBytes = kHeadDim * kBlockN;  // bytes a V̂ᵀ tile's TMA loads
-  static constexpr int kScoreRegisters = kBlockN / 2;  // m64nBN accumulator per thread
-  static constexpr int kOutRegisters = kHeadDim / 2;   // m64nD accumulator per thread
+  static constexpr int kScoreRegisters = kBlockN / 2;     // m64nBN accumulator per thread
+  static constexpr int kOutRegisters = kHeadDim / 2;      // m64nD accumulator per thread
 };
 
 // Per-key factors in shared memory, one record per pair of adjacent keys (the two columns a

@@ -112,7 +112,9 @@ size_t forward_scheduler_workspace_bytes(const PackedShape& shape) {
   return forward::schedule_workspace_bytes(shape, kBlockM);
 }
 
-bool forward_supports_head_dim(int head_dim) { return head_dim == 64 || head_dim == 128; }
+bool forward_supports_head_dim(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
 
 cudaError_t launch_forward(const ForwardKernelArgs& args, cudaStream_t stream) {
   if (args.shape.total_q == 0 || args.shape.batch == 0) return cudaSuccess;

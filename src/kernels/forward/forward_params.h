@@ -12,20 +12,20 @@
 namespace flamia::forward {
 
 struct ForwardParams {
-  CUtensorMap q_map;  // Q̂ [total_q][Hq][D], box {D, 1, kBlockM}
-  CUtensorMap k_map;  // K̂ [total_k][Hkv][D], box {D, 1, kBlockN}
-  CUtensorMap vt_map;  // V̂ᵀ [Hkv*D][pad16(total_k)], box {128, D}
+  CUtensorMap q_map;        // Q̂ [total_q][Hq][D], box {D, 1, kBlockM}
+  CUtensorMap k_map;        // K̂ [total_k][Hkv][D], box {D, 1, kBlockN}
+  CUtensorMap vt_map;       // V̂ᵀ [Hkv*D][pad16(total_k)], box {128, D}
   CUtensorMap vt_tail_map;  // the same tensor, box {kVtTailKeys, D} for a narrower last sub-tile
-  const int8_t* q_exp;  // [Hq][total_q]
-  const int8_t* k_exp;  // [Hkv][total_k]
-  const int8_t* v_exp;  // [Hkv][total_k]
-  const float* lse_shift;  // [Hq][total_q] or nullptr
+  const int8_t* q_exp;      // [Hq][total_q]
+  const int8_t* k_exp;      // [Hkv][total_k]
+  const int8_t* v_exp;      // [Hkv][total_k]
+  const float* lse_shift;   // [Hq][total_q] or nullptr
   const int32_t* cu_seqlens_q;
   const int32_t* cu_seqlens_k;
   int total_q;
   int total_k;
   int heads_q;
-  int group_size;  // query heads per KV head
+  int group_size;    // query heads per KV head
   float scale_log2;  // softmax_scale * log2(e)
   int causal;
   __nv_bfloat16* o;

@@ -11,14 +11,16 @@ namespace flamia::forward {
 constexpr int kRowsPerThread = 2;  // accumulator rows lane/4 and lane/4 + 8 of the warp's 16
 
 struct RowState {
-  float row_max[kRowsPerThread];  // M_i (integer value) or -inf before any visible key
-  float row_sum[kRowsPerThread];  // this thread's partial l_i
+  float row_max[kRowsPerThread];     // M_i (integer value) or -inf before any visible key
+  float row_sum[kRowsPerThread];     // this thread's partial l_i
   float row_factor[kRowsPerThread];  // c * 2^eq_i
 };
 
 // Accumulator register i of a thread holds row (i >> 1) & 1 of its pair, column pair (i >> 2),
 // column (i & 1) within the pair.
-__device__ __forceinline__ int register_row(int i) { return (i >> 1) & 1; }
+__device__ __forceinline__ int register_row(int i) {
+  return (i >> 1) & 1;
+}
 
 __device__ __forceinline__ float power_of_two_ratio(float from_max, float to_max) {
   // 2^(from - to) for integer-valued maxima; 0 when `from` is -inf (nothing accumulated yet).
@@ -38,7 +40,8 @@ __device__ __forceinline__ void softmax_scores_to_exponents(
   // > row, i.e. when the compile-time offset exceeds this per-row limit.
   int limit[kRowsPerThread];
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) limit[r] = row_local[r] - first_key_local - 2 * (lane & 3);
+  for (int r = 0; r < kRowsPerThread; ++r)
+    limit[r] = row_local[r] - first_key_local - 2 * (lane & 3);
 #pragma unroll
   for (int c = 0; c < kBlockN / 8; ++c) {
     // two 8-byte shared loads: {sk0, sk1} and {ev0, ev1} of this thread's column pair
@@ -51,8 +54,7 @@ __device__ __forceinline__ void softmax_scores_to_exponents(
     for (int j = 0; j < 4; ++j) {
       const int i = 4 * c + j;
       const int r = register_row(i);
-      float t = score_exponent(s[i], key_scale[j & 1], state.row_factor[r],
-                               value_exponent[j & 1]);
+      float t = score_exponent(s[i], key_scale[j & 1], state.row_factor[r], value_exponent[j & 1]);
       if constexpr (kCausal) {
         if (8 * c + (j & 1) > limit[r]) t = -INFINITY;
       }
@@ -105,7 +107,8 @@ __device__ __forceinline__ void softmax_exponents_to_probabilities(float (&s)[kB
 
 #pragma unroll
   for (int c = 0; c < kBlockN / 8; ++c) {
-    const float2 inv = *reinterpret_cast<const float2*>(factors[4 * c + (lane & 3)].inv_value_scale);
+    const float2 inv =
+        *reinterpret_cast<const float2*>(factors[4 * c + (lane & 3)].inv_value_scale);
     const float inv_value_scale[2] = {inv.x, inv.y};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {

@@ -42,7 +42,7 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p,
       const uint32_t reuse_phase = ((iteration / Tile::kStages) & 1) ^ 1;
       const int key_tile_start = w.geo.k_tile_base + n * Tile::kBlockN;
       if (iteration >= Tile::kStages) hopper::mbarrier_wait(&smem.k_empty[stage], reuse_phase);
-      // this thread's keys' factors
+        // this thread's keys' factors
 #pragma unroll 1
       for (int j = tid; j < Tile::kBlockN; j += kWarpgroupThreads) {
         const int key = key_tile_start + j;
@@ -65,7 +65,8 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p,
         hopper::mbarrier_arrive_expect_tx(&smem.v_full[stage], Tile::kVTileBytes);
 #pragma unroll
         for (int sub = 0; sub < Tile::kVtSubtiles; ++sub) {
-          const bool tail = sub == Tile::kVtSubtiles - 1 && Tile::kVtTailKeys != Tile::kVtSubtileKeys;
+          const bool tail =
+              sub == Tile::kVtSubtiles - 1 && Tile::kVtTailKeys != Tile::kVtSubtileKeys;
           hopper::tma_load_2d(smem.vt[stage][sub], tail ? &p.vt_tail_map : &p.vt_map,
                               &smem.v_full[stage], key_tile_start + sub * Tile::kVtSubtileKeys,
                               w.kv_head * kHeadDim);

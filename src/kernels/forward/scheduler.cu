@@ -39,9 +39,9 @@ __device__ __forceinline__ int tile_cost(const int32_t* cu_q, int doc, int m_blo
 
 // One CTA: counting sort of every (document, query tile) by descending cost (longest-processing-
 // time-first); each tile becomes heads_q consecutive work items.
-__global__ void __launch_bounds__(kPlanThreads) schedule_plan_kernel(
-    const int32_t* cu_q, int batch, int heads, int block_m, int block_n, bool causal,
-    const int32_t* device_status, ScheduleView view) {
+__global__ void __launch_bounds__(kPlanThreads)
+    schedule_plan_kernel(const int32_t* cu_q, int batch, int heads, int block_m, int block_n,
+                         bool causal, const int32_t* device_status, ScheduleView view) {
   __shared__ int bins[kScheduleCostBins];
   __shared__ int scratch[kPlanThreads];
   const int tid = threadIdx.x;
@@ -51,7 +51,8 @@ __global__ void __launch_bounds__(kPlanThreads) schedule_plan_kernel(
   if (!skip)
     for (int doc = tid; doc < batch; doc += kPlanThreads)
       for (int m = 0, blocks = query_blocks(cu_q, doc, block_m); m < blocks; ++m)
-        atomicAdd(&bins[kScheduleCostBins - 1 - tile_cost(cu_q, doc, m, block_m, block_n, causal)], 1);
+        atomicAdd(&bins[kScheduleCostBins - 1 - tile_cost(cu_q, doc, m, block_m, block_n, causal)],
+                  1);
   __syncthreads();
   int local[kBinsPerThread];
   int sum = 0;
@@ -97,8 +98,8 @@ cudaError_t launch_schedule_plan(const PackedShape& shape, int block_m, int bloc
                                  const int32_t* device_status, void* workspace,
                                  cudaStream_t stream) {
   schedule_plan_kernel<<<1, kPlanThreads, 0, stream>>>(
-      shape.cu_seqlens_q, shape.batch, shape.heads_q, block_m, block_n, shape.causal,
-      device_status, schedule_view(workspace));
+      shape.cu_seqlens_q, shape.batch, shape.heads_q, block_m, block_n, shape.causal, device_status,
+      schedule_view(workspace));
   return cudaGetLastError();
 }
 

@@ -17,7 +17,7 @@ struct alignas(1024) SharedStorage {
   KeyPairFactors factors[Tile::kStages][Tile::kBlockN / 2];
   uint64_t q_full[Tile::kQBuffers];   // Q tile landed
   uint64_t q_empty[Tile::kQBuffers];  // both consumers finished their last S = Q̂K̂ᵀ of the item
-  uint64_t k_full[Tile::kStages];  // K̂ tile landed and its per-key factors written
+  uint64_t k_full[Tile::kStages];     // K̂ tile landed and its per-key factors written
   uint64_t k_empty[Tile::kStages];
   uint64_t v_full[Tile::kStages];
   uint64_t v_empty[Tile::kStages];

@@ -16,14 +16,14 @@ struct alignas(16) TileItem {
 };
 
 struct TileGeometry {
-  int q_start;       // packed index of the document's first query
+  int q_start;  // packed index of the document's first query
   int q_len;
-  int q0;            // first query row of the tile, relative to q_start
-  int k_start;       // packed index of the document's first key
+  int q0;       // first query row of the tile, relative to q_start
+  int k_start;  // packed index of the document's first key
   int k_len;
-  int k_tile_base;   // floor16(k_start): key tiles start here (permuted V̂ᵀ groups)
-  int n_tiles;       // key tiles this query tile visits
-  int causal_from;   // first key tile that needs the causal mask (n_tiles if none)
+  int k_tile_base;  // floor16(k_start): key tiles start here (permuted V̂ᵀ groups)
+  int n_tiles;      // key tiles this query tile visits
+  int causal_from;  // first key tile that needs the causal mask (n_tiles if none)
 };
 
 // Key tiles needed by the query rows [q0, q0 + rows) of a document, and the first that crosses

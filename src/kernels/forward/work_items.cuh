@@ -1,5 +1,5 @@
-// The persistent loop's work items: every (document, query head, query tile) in the plan's order. The
-// producer and the consumers walk the same sequence independently (static round-robin over
+// The persistent loop's work items: every (document, query head, query tile) in the plan's order.
+// The producer and the consumers walk the same sequence independently (static round-robin over
 // CTAs), so no hand-off is needed.
 #pragma once
 

@@ -55,10 +55,10 @@ cudaError_t make_byte_tensor_map(const ByteTensorMapSpec& spec, CUtensorMap* map
     box[i] = spec.box[i];
   }
   for (int i = 0; i + 1 < spec.rank; ++i) strides[i] = spec.strides_bytes[i];
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, spec.rank,
-                            const_cast<void*>(spec.base), dims, strides, box, element_strides,
-                            CU_TENSOR_MAP_INTERLEAVE_NONE, to_cu(spec.swizzle),
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r =
+      encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, spec.rank, const_cast<void*>(spec.base), dims,
+             strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, to_cu(spec.swizzle),
+             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     *what = "cuTensorMapEncodeTiled rejected a tensor map (alignment or size)";
     return cudaErrorInvalidValue;
