@@ -20,21 +20,15 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "common/layout.h"
 #include "kernels/quantize/quantize.h"
 
 namespace {
 
-#define CHECK(x)                                                          \
-  do {                                                                    \
-    const cudaError_t e = (x);                                            \
-    if (e != cudaSuccess) {                                               \
-      std::fprintf(stderr, "%s failed: %s\n", #x, cudaGetErrorString(e)); \
-      std::exit(1);                                                       \
-    }                                                                     \
-  } while (0)
+using flamia::bench::device_alloc;
+using flamia::bench::kFillThreads;
 
-constexpr int kFillThreads = 256;
 constexpr int kFillBlocks = 4096;
 constexpr double kBytesPerTB = 1e12;
 constexpr double kMsPerS = 1e3;
@@ -110,34 +104,6 @@ Options parse(int argc, char** argv) {
     }
   }
   return o;
-}
-
-template <typename T>
-T* device_alloc(size_t count) {
-  void* p = nullptr;
-  CHECK(cudaMalloc(&p, std::max<size_t>(count, 1) * sizeof(T)));
-  return static_cast<T*>(p);
-}
-
-// Median time of `run` in milliseconds (CUDA events around each repeat).
-double median_ms(const Options& o, cudaStream_t stream, const std::function<void()>& run) {
-  for (int i = 0; i < o.warmup; ++i) run();
-  CHECK(cudaStreamSynchronize(stream));
-  cudaEvent_t start, stop;
-  CHECK(cudaEventCreate(&start));
-  CHECK(cudaEventCreate(&stop));
-  std::vector<float> ms(size_t(std::max(o.repeats, 1)));
-  for (float& m : ms) {
-    CHECK(cudaEventRecord(start, stream));
-    run();
-    CHECK(cudaEventRecord(stop, stream));
-    CHECK(cudaEventSynchronize(stop));
-    CHECK(cudaEventElapsedTime(&m, start, stop));
-  }
-  CHECK(cudaEventDestroy(start));
-  CHECK(cudaEventDestroy(stop));
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 struct Result {
@@ -216,7 +182,7 @@ int main(int argc, char** argv) {
   forward.bytes = 2.0 * (q_elems + 2.0 * kv_elems) + row_major_bytes(t, hq, d) +
                   row_major_bytes(t, hkv, d) + token_major_bytes(t, hkv, d) + exps_q + 2 * exps_kv +
                   (smoothing ? 4 * exps_q : 0);
-  forward.ms = median_ms(o, stream, [&] { CHECK(launch_quantize_forward(fwd, stream)); });
+  forward.ms = bench::median_ms(o.warmup, o.repeats, stream, [&] { CHECK(launch_quantize_forward(fwd, stream)); });
 
   // ---- backward (with the forward's copies rebuilt in the same pass, as the C API runs it) ----
   QuantizeBackwardArgs bwd;
@@ -246,13 +212,13 @@ int main(int argc, char** argv) {
                    2.0 * row_major_bytes(t, hq, d) /* V̂, K̂, dÔ, Q̂ */ +
                    token_major_bytes(t, hkv, d) /* V̂ᵀ */ + 3 * exps_q /* eq, edo, ew */ +
                    (separate_k_hat ? 3 : 2) * exps_kv /* ekc, ek, ev */ + 4 * exps_q /* delta */;
-  backward.ms = median_ms(o, stream, [&] { CHECK(launch_quantize_backward(bwd, stream)); });
+  backward.ms = bench::median_ms(o.warmup, o.repeats, stream, [&] { CHECK(launch_quantize_backward(bwd, stream)); });
 
   // ---- device-to-device copy of about 1 GiB, same run ----
   const size_t copy_bytes = q_elems * sizeof(uint16_t);
   Result copy;
   copy.bytes = 2.0 * copy_bytes;
-  copy.ms = median_ms(o, stream, [&] {
+  copy.ms = bench::median_ms(o.warmup, o.repeats, stream, [&] {
     CHECK(cudaMemcpyAsync(d_out, q, copy_bytes, cudaMemcpyDeviceToDevice, stream));
   });
   CHECK(cudaStreamSynchronize(stream));

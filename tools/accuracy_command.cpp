@@ -36,39 +36,22 @@ struct AccuracyOptions {
   bool json = false;
 };
 
-int parse_int(const std::string& option, const std::string& text) {
-  size_t used = 0;
-  int value = 0;
-  try {
-    value = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size())
-    throw std::invalid_argument(option + " takes an integer, not '" + text + "'");
-  return value;
-}
-
 AccuracyOptions parse(const std::vector<std::string>& args) {
   AccuracyOptions o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
-      return args[++i];
-    };
+  for (OptionReader r(args); r.next();) {
+    const std::string& a = r.option();
     if (a == "--docs") {
-      o.docs = parse_int_list(value());
+      o.docs = parse_int_list(r.value());
     } else if (a == "--heads-q") {
-      o.heads_q = parse_int(a, value());
+      o.heads_q = parse_int(a, r.value());
     } else if (a == "--heads-kv") {
-      o.heads_kv = parse_int(a, value());
+      o.heads_kv = parse_int(a, r.value());
     } else if (a == "--head-dim") {
-      o.head_dim = parse_int(a, value());
+      o.head_dim = parse_int(a, r.value());
     } else if (a == "--full") {
       o.causal = false;
     } else if (a == "--scale-mode") {
-      const std::string& s = value();
+      const std::string& s = r.value();
       if (s == "exact")
         o.scale_mode = ScaleMode::kExact;
       else if (s == "block32")
@@ -76,7 +59,7 @@ AccuracyOptions parse(const std::vector<std::string>& args) {
       else
         throw std::invalid_argument("--scale-mode takes exact or block32");
     } else if (a == "--precision") {
-      const std::string& s = value();
+      const std::string& s = r.value();
       if (s == "fp8")
         o.precision = BackwardPrecision::kFp8;
       else if (s == "fp8-bf16grad")
@@ -84,7 +67,7 @@ AccuracyOptions parse(const std::vector<std::string>& args) {
       else
         throw std::invalid_argument("--precision takes fp8 or fp8-bf16grad");
     } else if (a == "--seed") {
-      const std::string& s = value();
+      const std::string& s = r.value();
       size_t used = 0;
       o.seed = std::stoull(s, &used);
       if (used != s.size()) throw std::invalid_argument("--seed takes an unsigned integer");
@@ -109,10 +92,6 @@ bool lse_invalid(const std::vector<float>& lse) {
   for (float v : lse)
     if (std::isnan(v) || v == INFINITY) return true;
   return false;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 // One JSON member; a non-finite value prints as 1e999, which JSON parsers read as inf (the
@@ -165,34 +144,6 @@ void print_text(const Measurement& m) {
 }
 
 }  // namespace
-
-std::vector<int> parse_int_list(const std::string& text) {
-  std::vector<int> values;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t comma = text.find(',', at);
-    const std::string item =
-        text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    if (!item.empty()) values.push_back(parse_int("an item of the list '" + text + "'", item));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
-  return values;
-}
-
-double lse_max_abs_difference(const std::vector<float>& gpu, const std::vector<float>& ref) {
-  if (gpu.size() != ref.size()) return INFINITY;
-  double worst = 0.0;
-  for (size_t i = 0; i < gpu.size(); ++i) {
-    if (std::isinf(ref[i])) {  // -inf: a row without visible keys
-      if (!(std::isinf(gpu[i]) && gpu[i] < 0)) worst = INFINITY;
-      continue;
-    }
-    const double d = std::fabs(double(gpu[i]) - double(ref[i]));
-    worst = std::max(worst, std::isnan(d) ? INFINITY : d);
-  }
-  return worst;
-}
 
 int run_accuracy(const std::vector<std::string>& args) {
   const AccuracyOptions opt = parse(args);

@@ -1,6 +1,8 @@
 // The `flamia` command-line tool: subcommands and the pieces they share.
 #pragma once
 
+#include <chrono>
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -10,8 +12,31 @@ int run_demo(const std::vector<std::string>& args);
 int run_audit(const std::vector<std::string>& args);
 int run_accuracy(const std::vector<std::string>& args);
 
+// Walks a subcommand's arguments one option at a time:
+//   for (OptionReader r(args); r.next();) if (r.option() == "--docs") use(r.value()); ...
+class OptionReader {
+ public:
+  explicit OptionReader(const std::vector<std::string>& args) : args_(args) {}
+  // Moves to the next option; false past the last one.
+  bool next() { return ++at_ < args_.size(); }
+  const std::string& option() const { return args_[at_]; }
+  // The argument after the current option, consumed as its value; throws std::invalid_argument
+  // when the option is the last argument.
+  const std::string& value();
+
+ private:
+  const std::vector<std::string>& args_;
+  size_t at_ = size_t(-1);  // before the first argument until next()
+};
+
 // "1, 17, 113" -> "[1, 17, 113]"
 std::string format_list(const std::vector<int>& values);
+
+// "3549,,4377" -> {"3549", "4377"}: the comma-separated items, empty ones skipped.
+std::vector<std::string> split_list(const std::string& text);
+
+// The whole of `text` as an integer, else std::invalid_argument naming `option`.
+int parse_int(const std::string& option, const std::string& text);
 
 // "3549,4377,725" -> {3549, 4377, 725}; empty items are skipped, anything else but an integer
 // throws std::invalid_argument.
@@ -20,5 +45,9 @@ std::vector<int> parse_int_list(const std::string& text);
 // Largest |gpu - ref| over LSE rows. A row the reference leaves at -inf (no visible key) must be
 // -inf on the GPU too, else the result is inf; NaN also gives inf.
 double lse_max_abs_difference(const std::vector<float>& gpu, const std::vector<float>& ref);
+
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 }  // namespace flamia::cli

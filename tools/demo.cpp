@@ -43,48 +43,37 @@ struct DemoOptions {
   int repeats = 20;
 };
 
+// Lenient on purpose (std::stoi per item: "17x" reads as 17), unlike parse_int_list.
 std::vector<int> parse_list(const std::string& text) {
   std::vector<int> values;
-  size_t at = 0;
-  while (at <= text.size()) {
-    const size_t comma = text.find(',', at);
-    const std::string item =
-        text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    if (!item.empty()) values.push_back(std::stoi(item));
-    if (comma == std::string::npos) break;
-    at = comma + 1;
-  }
+  for (const std::string& item : split_list(text)) values.push_back(std::stoi(item));
   return values;
 }
 
 DemoOptions parse(const std::vector<std::string>& args) {
   DemoOptions o;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto value = [&]() -> const std::string& {
-      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
-      return args[++i];
-    };
+  for (OptionReader r(args); r.next();) {
+    const std::string& a = r.option();
     if (a == "--cpu")
       o.cpu_only = true;
     else if (a == "--docs")
-      o.docs = parse_list(value());
+      o.docs = parse_list(r.value());
     else if (a == "--heads")
-      o.heads_q = std::stoi(value());
+      o.heads_q = std::stoi(r.value());
     else if (a == "--kv-heads")
-      o.heads_kv = std::stoi(value());
+      o.heads_kv = std::stoi(r.value());
     else if (a == "--dim")
-      o.head_dim = std::stoi(value());
+      o.head_dim = std::stoi(r.value());
     else if (a == "--block32")
       o.scale_mode = ScaleMode::kBlock32;
     else if (a == "--full")
       o.causal = false;
     else if (a == "--seed")
-      o.seed = std::stoull(value());
+      o.seed = std::stoull(r.value());
     else if (a == "--repeats")
-      o.repeats = std::stoi(value());
+      o.repeats = std::stoi(r.value());
     else if (a == "--smoothing") {
-      const std::string& s = value();
+      const std::string& s = r.value();
       if (s == "none")
         o.smoothing = KeySmoothing::kNone;
       else if (s == "first_key")
@@ -98,28 +87,9 @@ DemoOptions parse(const std::vector<std::string>& args) {
   return o;
 }
 
-double seconds_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-}
-
-// Largest |a - b| over rows where the reference is finite; NaN in `a` counts as infinite.
-double lse_max_abs(const std::vector<float>& a, const std::vector<float>& b) {
-  double worst = 0.0;
-  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    if (std::isinf(b[i])) {
-      if (!(std::isinf(a[i]) && a[i] < 0)) worst = INFINITY;
-      continue;
-    }
-    const double d = std::fabs(double(a[i]) - double(b[i]));
-    worst = std::max(worst, std::isnan(d) ? INFINITY : d);
-  }
-  return worst;
-}
-
-template <typename T>
-double lse_max_abs64(const std::vector<float>& a, const std::vector<T>& b) {
-  std::vector<float> bf(b.begin(), b.end());
-  return lse_max_abs(a, bf);
+// Against the float64 reference's LSE, rounded to float first.
+double lse_max_abs64(const std::vector<float>& a, const std::vector<double>& b) {
+  return lse_max_abs_difference(a, std::vector<float>(b.begin(), b.end()));
 }
 
 const char* verdict(bool ok) {
@@ -127,12 +97,6 @@ const char* verdict(bool ok) {
 }
 
 }  // namespace
-
-std::string format_list(const std::vector<int>& values) {
-  std::string out = "[";
-  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
-  return out + "]";
-}
 
 int run_demo(const std::vector<std::string>& args) {
   DemoOptions opt = parse(args);
@@ -209,7 +173,7 @@ int run_demo(const std::vector<std::string>& args) {
               opt.repeats);
   const double gpu_o = ref::rel_l2(run.o, f.o), gpu_dq = ref::rel_l2(run.dq, g.dq);
   const double gpu_dk = ref::rel_l2(run.dk, g.dk), gpu_dv = ref::rel_l2(run.dv, g.dv);
-  const double gpu_lse = lse_max_abs(run.lse, f.lse);
+  const double gpu_lse = lse_max_abs_difference(run.lse, f.lse);
   const double f64_o = ref::rel_l2(run.o, r.o), f64_dq = ref::rel_l2(run.dq, r.dq);
   const double f64_dk = ref::rel_l2(run.dk, r.dk), f64_dv = ref::rel_l2(run.dv, r.dv);
   auto near_f64 = [](double gpu_err, double ref_err) {

@@ -2,14 +2,13 @@
 
 #include "common/views.h"
 #include "kernels/backward/tile_geometry.cuh"
+#include "kernels/common/block_scan.cuh"
 
 namespace flamia::backward {
 namespace {
 
 constexpr int kPlanThreads = 1024;
 constexpr int kCostBins = 4096;  // pairs visiting more query tiles share the top bin
-constexpr int kBinsPerThread = kCostBins / kPlanThreads;
-static_assert(kCostBins % kPlanThreads == 0, "bins split evenly over threads");
 
 // Bin of a pair: descending work = ascending bin index.
 __device__ __forceinline__ int cost_bin(const int32_t* cu_q, const int32_t* cu_k, int doc, int tile,
@@ -17,23 +16,6 @@ __device__ __forceinline__ int cost_bin(const int32_t* cu_q, const int32_t* cu_k
   const KeyTileItem item = make_key_tile_item(cu_q, cu_k, doc, tile, 0);
   const int work = min(key_tile_query_tiles(item, causal), kCostBins - 1);
   return kCostBins - 1 - work;
-}
-
-// Block-wide exclusive scan of one value per thread; `total` receives the sum.
-__device__ int exclusive_scan(int value, int* scratch, int* total) {
-  const int tid = threadIdx.x;
-  scratch[tid] = value;
-  __syncthreads();
-  for (int offset = 1; offset < kPlanThreads; offset *= 2) {
-    const int add = tid >= offset ? scratch[tid - offset] : 0;
-    __syncthreads();
-    scratch[tid] += add;
-    __syncthreads();
-  }
-  const int inclusive = scratch[tid];
-  *total = scratch[kPlanThreads - 1];
-  __syncthreads();
-  return inclusive - value;
 }
 
 // One CTA: a counting sort of the pairs by bin. Thread t owns documents t, t + kPlanThreads, ...
@@ -53,20 +35,7 @@ __global__ void __launch_bounds__(kPlanThreads)
     for (int tile = 0; tile < key_tiles_per_doc; ++tile)
       atomicAdd(&bins[cost_bin(cu_q, cu_k, doc, tile, causal)], 1);
   __syncthreads();
-  int local[kBinsPerThread];
-  int sum = 0;
-#pragma unroll
-  for (int i = 0; i < kBinsPerThread; ++i) {
-    local[i] = bins[tid * kBinsPerThread + i];
-    sum += local[i];
-  }
-  int total = 0;
-  int running = exclusive_scan(sum, scratch, &total);
-#pragma unroll
-  for (int i = 0; i < kBinsPerThread; ++i) {
-    bins[tid * kBinsPerThread + i] = running;
-    running += local[i];
-  }
+  bin_counts_to_offsets<kPlanThreads, kCostBins>(bins, scratch);
   __syncthreads();
   for (int doc = tid; doc < batch; doc += kPlanThreads)
     for (int tile = 0; tile < key_tiles_per_doc; ++tile) {

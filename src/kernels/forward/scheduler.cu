@@ -1,31 +1,14 @@
 #include "kernels/forward/scheduler.h"
 
+#include "kernels/common/block_scan.cuh"
+
 namespace flamia::forward {
 namespace {
 
 constexpr int kPlanThreads = 1024;
-constexpr int kBinsPerThread = kScheduleCostBins / kPlanThreads;
-static_assert(kScheduleCostBins % kPlanThreads == 0, "bins split evenly over threads");
 
 __device__ __forceinline__ int query_blocks(const int32_t* cu_q, int doc, int block_m) {
   return (cu_q[doc + 1] - cu_q[doc] + block_m - 1) / block_m;
-}
-
-// Block-wide exclusive scan of one value per thread; returns the prefix, `total` the sum.
-__device__ int exclusive_scan(int value, int* scratch, int* total) {
-  const int tid = threadIdx.x;
-  scratch[tid] = value;
-  __syncthreads();
-  for (int offset = 1; offset < kPlanThreads; offset *= 2) {
-    const int add = tid >= offset ? scratch[tid - offset] : 0;
-    __syncthreads();
-    scratch[tid] += add;
-    __syncthreads();
-  }
-  const int inclusive = scratch[tid];
-  *total = scratch[kPlanThreads - 1];
-  __syncthreads();
-  return inclusive - value;
 }
 
 __device__ __forceinline__ int tile_cost(const int32_t* cu_q, int doc, int m_block, int block_m,
@@ -54,20 +37,7 @@ __global__ void __launch_bounds__(kPlanThreads)
         atomicAdd(&bins[kScheduleCostBins - 1 - tile_cost(cu_q, doc, m, block_m, block_n, causal)],
                   1);
   __syncthreads();
-  int local[kBinsPerThread];
-  int sum = 0;
-#pragma unroll
-  for (int i = 0; i < kBinsPerThread; ++i) {
-    local[i] = bins[tid * kBinsPerThread + i];
-    sum += local[i];
-  }
-  int tiles = 0;
-  int running = exclusive_scan(sum, scratch, &tiles);
-#pragma unroll
-  for (int i = 0; i < kBinsPerThread; ++i) {
-    bins[tid * kBinsPerThread + i] = running;
-    running += local[i];
-  }
+  const int tiles = bin_counts_to_offsets<kPlanThreads, kScheduleCostBins>(bins, scratch);
   if (tid == 0) *view.num_items = tiles * heads;
   __syncthreads();
   if (skip) return;

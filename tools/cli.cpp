@@ -1,0 +1,70 @@
+// The helpers of cli.h that more than one subcommand uses: option walking, list parsing and
+// printing, the LSE comparison.
+#include "cli.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <utility>
+
+namespace flamia::cli {
+
+const std::string& OptionReader::value() {
+  if (at_ + 1 >= args_.size()) throw std::invalid_argument(option() + " needs a value");
+  return args_[++at_];
+}
+
+std::string format_list(const std::vector<int>& values) {
+  std::string out = "[";
+  for (size_t i = 0; i < values.size(); ++i) out += (i ? ", " : "") + std::to_string(values[i]);
+  return out + "]";
+}
+
+std::vector<std::string> split_list(const std::string& text) {
+  std::vector<std::string> items;
+  size_t at = 0;
+  while (at <= text.size()) {
+    const size_t comma = text.find(',', at);
+    std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    if (!item.empty()) items.push_back(std::move(item));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return items;
+}
+
+int parse_int(const std::string& option, const std::string& text) {
+  size_t used = 0;
+  int value = 0;
+  try {
+    value = std::stoi(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size())
+    throw std::invalid_argument(option + " takes an integer, not '" + text + "'");
+  return value;
+}
+
+std::vector<int> parse_int_list(const std::string& text) {
+  std::vector<int> values;
+  for (const std::string& item : split_list(text))
+    values.push_back(parse_int("an item of the list '" + text + "'", item));
+  return values;
+}
+
+double lse_max_abs_difference(const std::vector<float>& gpu, const std::vector<float>& ref) {
+  if (gpu.size() != ref.size()) return INFINITY;
+  double worst = 0.0;
+  for (size_t i = 0; i < gpu.size(); ++i) {
+    if (std::isinf(ref[i])) {  // -inf: a row without visible keys
+      if (!(std::isinf(gpu[i]) && gpu[i] < 0)) worst = INFINITY;
+      continue;
+    }
+    const double d = std::fabs(double(gpu[i]) - double(ref[i]));
+    worst = std::max(worst, std::isnan(d) ? INFINITY : d);
+  }
+  return worst;
+}
+
+}  // namespace flamia::cli
