@@ -182,7 +182,8 @@ int main(int argc, char** argv) {
   forward.bytes = 2.0 * (q_elems + 2.0 * kv_elems) + row_major_bytes(t, hq, d) +
                   row_major_bytes(t, hkv, d) + token_major_bytes(t, hkv, d) + exps_q + 2 * exps_kv +
                   (smoothing ? 4 * exps_q : 0);
-  forward.ms = bench::median_ms(o.warmup, o.repeats, stream, [&] { CHECK(launch_quantize_forward(fwd, stream)); });
+  forward.ms = bench::median_ms(o.warmup, o.repeats, stream,
+                                [&] { CHECK(launch_quantize_forward(fwd, stream)); });
 
   // ---- backward (with the forward's copies rebuilt in the same pass, as the C API runs it) ----
   QuantizeBackwardArgs bwd;
@@ -212,7 +213,8 @@ int main(int argc, char** argv) {
                    2.0 * row_major_bytes(t, hq, d) /* V̂, K̂, dÔ, Q̂ */ +
                    token_major_bytes(t, hkv, d) /* V̂ᵀ */ + 3 * exps_q /* eq, edo, ew */ +
                    (separate_k_hat ? 3 : 2) * exps_kv /* ekc, ek, ev */ + 4 * exps_q /* delta */;
-  backward.ms = bench::median_ms(o.warmup, o.repeats, stream, [&] { CHECK(launch_quantize_backward(bwd, stream)); });
+  backward.ms = bench::median_ms(o.warmup, o.repeats, stream,
+                                 [&] { CHECK(launch_quantize_backward(bwd, stream)); });
 
   // ---- device-to-device copy of about 1 GiB, same run ----
   const size_t copy_bytes = q_elems * sizeof(uint16_t);

@@ -81,7 +81,7 @@ TEST(ApiErrors, CheckDeviceStatusValidatesItsArguments) {
   EXPECT_TRUE(contains(flamia_last_error_message(), "256-byte aligned"));
 }
 
-TEST(ApiErrors, CheckDeviceStatusNeedsTheDevice) {
+TEST(ApiErrors, CheckDeviceStatusNeedsTheDeviceWithoutGpu) {
   if (sm90_device_present()) GTEST_SKIP() << "an sm_90 GPU is present (GPU tests cover it)";
   EXPECT_EQ(flamia_check_device_status(fake_device(0), nullptr), FLAMIA_ERROR_NO_DEVICE);
   EXPECT_TRUE(contains(flamia_last_error_message(), "flamia_check_device_status: "));

@@ -556,7 +556,7 @@ TEST(ApiValidation, EmptyProblemIsStillValidated) {
 
 // The valid baseline of every case above gets through validation: without an sm_90 GPU it
 // stops at the device check (with one, it would run kernels on fake pointers: skip).
-TEST(ApiValidation, ValidArgumentsReachTheDeviceCheck) {
+TEST(ApiValidation, ValidArgumentsReachTheDeviceCheckWithoutGpu) {
   if (sm90_device_present()) GTEST_SKIP() << "an sm_90 GPU is present (GPU tests cover it)";
   ForwardSetup forward;
   forward.use_host_seqlens();

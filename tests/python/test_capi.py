@@ -252,6 +252,7 @@ def test_real_library_exports_the_api(monkeypatch):
         _capi._reset_for_tests()
 
 
+@pytest.mark.nogpu
 def test_real_library_accepts_our_arguments_up_to_the_device(monkeypatch):
     """With the real library and no GPU: every host-side check of the library (sizes, strides,
     alignment, workspace size) passes on what the bindings build, and the call stops only at
