@@ -8,7 +8,7 @@
 // backward runs). Bytes = what the pass must read and write (inputs, outputs, exponents, stats;
 // not the re-reads of blocks that straddle tiles). Times: CUDA events, median over repeats.
 // Prints a table; --json writes {"bytes", "ms", "tb_s", "copy_tb_s", "bandwidth_fraction",
-// "backward": {...}, "config": {...}}.
+// "backward": {...}, "jobs": {"fwd_q": {...}, ... one tensor's kernel alone}, "config": {...}}.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -37,10 +37,7 @@ constexpr double kMsPerS = 1e3;
 __global__ void fill_bf16(uint16_t* x, size_t n, int row, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
+    const uint32_t h = flamia::bench::element_hash(i, seed);
     uint32_t r = uint32_t(i / row) * 2246822519u ^ seed;
     r ^= r >> 13;
     const uint32_t exponent = 127 - 8 + (r % 16) + (h >> 28) % 2;
@@ -216,6 +213,65 @@ int main(int argc, char** argv) {
   backward.ms = bench::median_ms(o.warmup, o.repeats, stream,
                                  [&] { CHECK(launch_quantize_backward(bwd, stream)); });
 
+  // ---- each tensor's job alone (the passes above launch one kernel per tensor) ----
+  // Args with only one tensor's outputs set launch only that tensor's job.
+  std::vector<std::pair<std::string, Result>> jobs;
+  auto time_forward_job = [&](const char* name, double bytes, auto select) {
+    QuantizeForwardArgs a = fwd;
+    a.out = ForwardOperands{};
+    select(a.out);
+    jobs.push_back({name, {bytes, bench::median_ms(o.warmup, o.repeats, stream, [&] {
+                             CHECK(launch_quantize_forward(a, stream));
+                           })}});
+  };
+  auto time_backward_job = [&](const char* name, double bytes, auto select) {
+    QuantizeBackwardArgs a = bwd;
+    a.out = BackwardOperands{};
+    a.fwd_out = ForwardOperands{};
+    select(a.out, a.fwd_out);
+    jobs.push_back({name, {bytes, bench::median_ms(o.warmup, o.repeats, stream, [&] {
+                             CHECK(launch_quantize_backward(a, stream));
+                           })}});
+  };
+  const double q_in = 2.0 * q_elems, kv_in = 2.0 * kv_elems;
+  time_forward_job("fwd_q",
+                   q_in + row_major_bytes(t, hq, d) + exps_q + (smoothing ? 4 * exps_q : 0),
+                   [&](ForwardOperands& out) {
+                     out.q = fwd.out.q;
+                     out.lse_shift = fwd.out.lse_shift;
+                   });
+  time_forward_job("fwd_k", kv_in + row_major_bytes(t, hkv, d) + exps_kv,
+                   [&](ForwardOperands& out) { out.k = fwd.out.k; });
+  time_forward_job("fwd_v", kv_in + token_major_bytes(t, hkv, d) + exps_kv,
+                   [&](ForwardOperands& out) { out.v_t = fwd.out.v_t; });
+  time_backward_job("bwd_q",
+                    q_in + token_major_bytes(t, hq, d) + row_major_bytes(t, hq, d) + exps_q,
+                    [&](BackwardOperands& out, ForwardOperands& f) {
+                      out.q_t = bwd.out.q_t;
+                      f.q = bwd.fwd_out.q;
+                    });
+  time_backward_job("bwd_k",
+                    kv_in + token_major_bytes(t, hkv, d) + row_major_bytes(t, hkv, d) +
+                        (separate_k_hat ? 2 : 1) * exps_kv,
+                    [&](BackwardOperands& out, ForwardOperands& f) {
+                      out.k_centered_t = bwd.out.k_centered_t;
+                      f.k = bwd.fwd_out.k;
+                    });
+  time_backward_job("bwd_v",
+                    kv_in + row_major_bytes(t, hkv, d) + token_major_bytes(t, hkv, d) + exps_kv,
+                    [&](BackwardOperands& out, ForwardOperands& f) {
+                      out.v = bwd.out.v;
+                      f.v_t = bwd.fwd_out.v_t;
+                    });
+  time_backward_job("bwd_do",
+                    2 * q_in + 8 * exps_q + row_major_bytes(t, hq, d) +
+                        token_major_bytes(t, hq, d) + 2 * exps_q + 4 * exps_q,
+                    [&](BackwardOperands& out, ForwardOperands&) {
+                      out.d_o = bwd.out.d_o;
+                      out.d_o_scaled_t = bwd.out.d_o_scaled_t;
+                      out.delta = bwd.out.delta;
+                    });
+
   // ---- device-to-device copy of about 1 GiB, same run ----
   const size_t copy_bytes = q_elems * sizeof(uint16_t);
   Result copy;
@@ -240,8 +296,22 @@ int main(int argc, char** argv) {
                                 {"d2d copy", copy}})
     std::printf("%-10s %12.3f %10.3f %8.3f %9.1f%%\n", name, r.bytes / 1e9, r.ms, r.tb_s(),
                 100.0 * r.tb_s() / copy.tb_s());
+  std::printf("one tensor's job alone:\n");
+  for (const auto& [name, r] : jobs)
+    std::printf("%-10s %12.3f %10.3f %8.3f %9.1f%%\n", name.c_str(), r.bytes / 1e9, r.ms, r.tb_s(),
+                100.0 * r.tb_s() / copy.tb_s());
 
   if (!o.json.empty()) {
+    std::string job_json;
+    for (const auto& [name, r] : jobs) {
+      char entry[256];
+      std::snprintf(entry, sizeof(entry),
+                    "%s\"%s\": {\"bytes\": %.0f, \"ms\": %.5f, \"tb_s\": %.5f, "
+                    "\"bandwidth_fraction\": %.5f}",
+                    job_json.empty() ? "" : ", ", name.c_str(), r.bytes, r.ms, r.tb_s(),
+                    r.tb_s() / copy.tb_s());
+      job_json += entry;
+    }
     FILE* f = std::fopen(o.json.c_str(), "w");
     if (f == nullptr) {
       std::fprintf(stderr, "cannot write %s\n", o.json.c_str());
@@ -251,13 +321,14 @@ int main(int argc, char** argv) {
                  "{\"bytes\": %.0f, \"ms\": %.5f, \"tb_s\": %.5f, \"copy_tb_s\": %.5f, "
                  "\"bandwidth_fraction\": %.5f,\n \"backward\": {\"bytes\": %.0f, \"ms\": %.5f, "
                  "\"tb_s\": %.5f, \"copy_tb_s\": %.5f, \"bandwidth_fraction\": %.5f},\n "
+                 "\"jobs\": {%s},\n "
                  "\"config\": {\"tokens\": %d, \"doc_length\": %d, \"heads_q\": %d, "
                  "\"heads_kv\": %d, \"head_dim\": %d, \"scale_mode\": \"%s\", "
                  "\"key_smoothing\": \"%s\", \"repeats\": %d}}\n",
                  forward.bytes, forward.ms, forward.tb_s(), copy.tb_s(),
                  forward.tb_s() / copy.tb_s(), backward.bytes, backward.ms, backward.tb_s(),
-                 copy.tb_s(), backward.tb_s() / copy.tb_s(), t, doc, hq, hkv, d, mode, smooth,
-                 o.repeats);
+                 copy.tb_s(), backward.tb_s() / copy.tb_s(), job_json.c_str(), t, doc, hq, hkv, d,
+                 mode, smooth, o.repeats);
     std::fclose(f);
   }
   return 0;

@@ -34,14 +34,20 @@ constexpr int kSmallFillBlocks = 256;
 // Untimed launches before the timed ones of the kernel benchmarks.
 constexpr int kWarmupLaunches = 3;
 
+// A cheap hash of (element index, seed): the randomness of the synthetic operands.
+__device__ __forceinline__ uint32_t element_hash(size_t i, uint32_t seed) {
+  uint32_t h = uint32_t(i) * 2654435761u ^ seed;
+  h ^= h >> 15;
+  h *= 2246822519u;
+  h ^= h >> 13;
+  return h;
+}
+
 // Random E4M3 bytes: sign, exponent 4..11 (|x| in [2^-3, 2^5)), random mantissa: never NaN.
 __global__ void fill_random_e4m3(uint8_t* x, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * size_t(blockDim.x) + threadIdx.x; i < n;
        i += size_t(gridDim.x) * blockDim.x) {
-    uint32_t h = uint32_t(i) * 2654435761u ^ seed;
-    h ^= h >> 15;
-    h *= 2246822519u;
-    h ^= h >> 13;
+    const uint32_t h = element_hash(i, seed);
     x[i] = uint8_t((h & 0x80) | (((h >> 8) % 8 + 4) << 3) | (h >> 16 & 7));
   }
 }

@@ -63,32 +63,42 @@ inline flamia_problem valid_problem() {
   return p;
 }
 
-// Re-points every tensor for the problem's heads and head dim (after a test changes them).
-struct ForwardSetup {
+// What ForwardSetup and BackwardSetup share: the host copies of cu_seqlens, the valid problem,
+// and Q, K, V, O (fake regions 2 to 5) laid out for the problem's heads and head dim.
+template <typename Args>
+struct ApiSetup {
   std::vector<int32_t> host_cu_q = awkward_cu_seqlens();
   std::vector<int32_t> host_cu_k = awkward_cu_seqlens();
-  flamia_forward_args args{};
+  Args args{};
 
-  ForwardSetup() {
-    args.problem = valid_problem();
-    relayout();
+  ApiSetup() { args.problem = valid_problem(); }
+  void use_host_seqlens() {
+    args.problem.host_cu_seqlens_q = host_cu_q.data();
+    args.problem.host_cu_seqlens_k = host_cu_k.data();
   }
-  void relayout() {
+
+ protected:
+  void layout_inputs() {
     const flamia_problem& p = args.problem;
     args.q = contiguous_tensor(fake_device(2), p.heads_q, p.head_dim);
     args.k = contiguous_tensor(fake_device(3), p.heads_kv, p.head_dim);
     args.v = contiguous_tensor(fake_device(4), p.heads_kv, p.head_dim);
     args.o = contiguous_tensor(fake_device(5), p.heads_q, p.head_dim);
+  }
+};
+
+// relayout() re-points every tensor for the problem's heads and head dim (after a test changes
+// them).
+struct ForwardSetup : ApiSetup<flamia_forward_args> {
+  ForwardSetup() { relayout(); }
+  void relayout() {
+    layout_inputs();
     args.lse = static_cast<float*>(fake_device(6));
     args.softmax_stats = static_cast<float*>(fake_device(7));
     args.workspace = fake_device(8);
     size_t bytes = 0;
     args.workspace_bytes =
         flamia_forward_workspace_size(&args, &bytes) == FLAMIA_OK ? bytes : size_t(0);
-  }
-  void use_host_seqlens() {
-    args.problem.host_cu_seqlens_q = host_cu_q.data();
-    args.problem.host_cu_seqlens_k = host_cu_k.data();
   }
   flamia_tensor& tensor(const std::string& name) {
     if (name == "q") return args.q;
@@ -98,22 +108,14 @@ struct ForwardSetup {
   }
 };
 
-struct BackwardSetup {
-  std::vector<int32_t> host_cu_q = awkward_cu_seqlens();
-  std::vector<int32_t> host_cu_k = awkward_cu_seqlens();
-  flamia_backward_args args{};
-
+struct BackwardSetup : ApiSetup<flamia_backward_args> {
   BackwardSetup() {
-    args.problem = valid_problem();
     args.precision = FLAMIA_PRECISION_FP8;
     relayout();
   }
   void relayout() {
+    layout_inputs();
     const flamia_problem& p = args.problem;
-    args.q = contiguous_tensor(fake_device(2), p.heads_q, p.head_dim);
-    args.k = contiguous_tensor(fake_device(3), p.heads_kv, p.head_dim);
-    args.v = contiguous_tensor(fake_device(4), p.heads_kv, p.head_dim);
-    args.o = contiguous_tensor(fake_device(5), p.heads_q, p.head_dim);
     args.d_o = contiguous_tensor(fake_device(6), p.heads_q, p.head_dim);
     args.lse = static_cast<const float*>(fake_device(7));
     args.softmax_stats = static_cast<const float*>(fake_device(8));
@@ -124,10 +126,6 @@ struct BackwardSetup {
     size_t bytes = 0;
     args.workspace_bytes =
         flamia_backward_workspace_size(&args, &bytes) == FLAMIA_OK ? bytes : size_t(0);
-  }
-  void use_host_seqlens() {
-    args.problem.host_cu_seqlens_q = host_cu_q.data();
-    args.problem.host_cu_seqlens_k = host_cu_k.data();
   }
   flamia_tensor& tensor(const std::string& name) {
     if (name == "q") return args.q;

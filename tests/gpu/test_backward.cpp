@@ -80,15 +80,7 @@ class ApiProblem {
 
   // The forward once (its O and stats feed every backward run).
   void forward() {
-    flamia_forward_args a;
-    std::memset(&a, 0, sizeof(a));
-    a.problem = problem_;
-    a.q = dense(q_, p_.heads_q, p_.head_dim);
-    a.k = dense(k_, p_.heads_kv, p_.head_dim);
-    a.v = dense(v_, p_.heads_kv, p_.head_dim);
-    a.o = dense(o_, p_.heads_q, p_.head_dim);
-    a.lse = lse_.get();
-    a.softmax_stats = stats_.get();
+    flamia_forward_args a = shared_args<flamia_forward_args>();
     size_t bytes = 0;
     ASSERT_EQ(flamia_forward_workspace_size(&a, &bytes), FLAMIA_OK) << flamia_last_error_message();
     DeviceBuffer<uint8_t> workspace(bytes);
@@ -99,16 +91,8 @@ class ApiProblem {
   }
 
   void backward(flamia_precision precision, bool deterministic, ApiRun* run) {
-    flamia_backward_args a;
-    std::memset(&a, 0, sizeof(a));
-    a.problem = problem_;
-    a.q = dense(q_, p_.heads_q, p_.head_dim);
-    a.k = dense(k_, p_.heads_kv, p_.head_dim);
-    a.v = dense(v_, p_.heads_kv, p_.head_dim);
-    a.o = dense(o_, p_.heads_q, p_.head_dim);
+    flamia_backward_args a = shared_args<flamia_backward_args>();
     a.d_o = dense(d_o_, p_.heads_q, p_.head_dim);
-    a.lse = lse_.get();
-    a.softmax_stats = stats_.get();
     a.dq = strided(dq_);
     a.dk = strided(dk_);
     a.dv = strided(dv_);
@@ -134,6 +118,22 @@ class ApiProblem {
   }
 
  private:
+  // Zeroed flamia_forward_args or flamia_backward_args with the fields both have set: the
+  // problem, Q, K, V and O (dense), LSE and {M, l}.
+  template <typename Args>
+  Args shared_args() const {
+    Args a;
+    std::memset(&a, 0, sizeof(a));
+    a.problem = problem_;
+    a.q = dense(q_, p_.heads_q, p_.head_dim);
+    a.k = dense(k_, p_.heads_kv, p_.head_dim);
+    a.v = dense(v_, p_.heads_kv, p_.head_dim);
+    a.o = dense(o_, p_.heads_q, p_.head_dim);
+    a.lse = lse_.get();
+    a.softmax_stats = stats_.get();
+    return a;
+  }
+
   const ref::Problem& p_;
   flamia_problem problem_;
   DeviceBuffer<int32_t> cu_q_, cu_k_;

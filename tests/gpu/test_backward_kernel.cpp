@@ -19,10 +19,28 @@ namespace {
 
 constexpr const char* kLabel = "backward";  // tags the printed measurements
 
-struct Expected {
-  ref::ForwardResult forward;
-  ref::BackwardResult backward;
-  ref::Float64Result exact;
+// A case as the kernel tests feed it: problem and inputs, the reference forward, and the
+// reference's operands (from that forward's O and {M, l}) on the device.
+struct KernelCase {
+  explicit KernelCase(const BackwardCase& c)
+      : problem(make_case_problem(c)),
+        inputs(make_case_inputs(c, problem)),
+        forward(ref::forward(problem, inputs)),
+        ops(make_host_operands(problem, inputs, forward.o_bf16, forward.softmax_stats)),
+        device(problem, inputs, ops, forward.softmax_stats) {}
+  KernelCase(const KernelCase&) = delete;  // `device` refers to `problem`
+  KernelCase& operator=(const KernelCase&) = delete;
+
+  // The contract's backward of the reference forward.
+  ref::BackwardResult expected(BackwardPrecision precision) const {
+    return ref::backward(problem, inputs, forward.o_bf16, forward.softmax_stats, precision);
+  }
+
+  const ref::Problem problem;
+  const ref::Inputs inputs;
+  const ref::ForwardResult forward;
+  const HostOperands ops;
+  DeviceBackwardProblem device;
 };
 
 class BackwardKernelTest : public ::testing::TestWithParam<BackwardCase> {};
@@ -30,17 +48,11 @@ class BackwardKernelTest : public ::testing::TestWithParam<BackwardCase> {};
 TEST_P(BackwardKernelTest, MatchesReference) {
   FLAMIA_REQUIRE_SM90();
   const BackwardCase& c = GetParam();
-  const ref::Problem problem = make_case_problem(c);
-  const ref::Inputs inputs = make_case_inputs(c, problem);
-  const ref::ForwardResult forward = ref::forward(problem, inputs);
-  const HostOperands ops =
-      make_host_operands(problem, inputs, forward.o_bf16, forward.softmax_stats);
-  const ref::BackwardResult expected =
-      ref::backward(problem, inputs, forward.o_bf16, forward.softmax_stats, c.precision);
-  const ref::Float64Result exact = ref::float64_attention(problem, inputs, true);
+  KernelCase k(c);
+  const ref::BackwardResult expected = k.expected(c.precision);
+  const ref::Float64Result exact = ref::float64_attention(k.problem, k.inputs, true);
 
-  DeviceBackwardProblem device(problem, inputs, ops, forward.softmax_stats);
-  const BackwardRun run = device.run(c.precision, /*deterministic=*/false);
+  const BackwardRun run = k.device.run(c.precision, /*deterministic=*/false);
   ASSERT_EQ(run.launch, cudaSuccess) << cudaGetErrorString(run.launch);
   ASSERT_EQ(run.sync, cudaSuccess) << cudaGetErrorString(run.sync);
   expect_matches(kLabel, c.name, "dQ", bits_to_float(run.dq), expected.dq, exact.dq);
@@ -120,29 +132,23 @@ class BackwardDeterminismTest : public ::testing::TestWithParam<BackwardCase> {}
 TEST_P(BackwardDeterminismTest, BitwiseRepeatable) {
   FLAMIA_REQUIRE_SM90();
   const BackwardCase& c = GetParam();
-  const ref::Problem problem = make_case_problem(c);
-  const ref::Inputs inputs = make_case_inputs(c, problem);
-  const ref::ForwardResult forward = ref::forward(problem, inputs);
-  const HostOperands ops =
-      make_host_operands(problem, inputs, forward.o_bf16, forward.softmax_stats);
-  DeviceBackwardProblem device(problem, inputs, ops, forward.softmax_stats);
+  KernelCase k(c);
 
-  const BackwardRun first = device.run(c.precision, /*deterministic=*/true);
+  const BackwardRun first = k.device.run(c.precision, /*deterministic=*/true);
   ASSERT_EQ(first.launch, cudaSuccess) << cudaGetErrorString(first.launch);
   ASSERT_EQ(first.sync, cudaSuccess) << cudaGetErrorString(first.sync);
   ASSERT_EQ(count_not_finite(bits_to_float(first.dq)), 0u);
   for (int run = 1; run < kDeterministicRuns; ++run) {
-    const BackwardRun again = device.run(c.precision, /*deterministic=*/true);
+    const BackwardRun again = k.device.run(c.precision, /*deterministic=*/true);
     ASSERT_EQ(again.sync, cudaSuccess);
     expect_same_gradients(again, first, run);
   }
   // The deterministic order changes only how dQ partials are added: dK and dV are computed in
   // one CTA either way, and dQ stays as accurate.
-  const BackwardRun atomic = device.run(c.precision, /*deterministic=*/false);
+  const BackwardRun atomic = k.device.run(c.precision, /*deterministic=*/false);
   EXPECT_TRUE(atomic.dk == first.dk);
   EXPECT_TRUE(atomic.dv == first.dv);
-  const ref::BackwardResult expected =
-      ref::backward(problem, inputs, forward.o_bf16, forward.softmax_stats, c.precision);
+  const ref::BackwardResult expected = k.expected(c.precision);
   EXPECT_LE(ref::rel_l2(bits_to_float(first.dq), expected.dq), kMaxErrorVsReference);
 }
 
@@ -168,16 +174,12 @@ class BackwardProbabilityTest : public ::testing::TestWithParam<BackwardCase> {}
 TEST_P(BackwardProbabilityTest, RebuildsContractProbabilities) {
   FLAMIA_REQUIRE_SM90();
   const BackwardCase& c = GetParam();
-  const ref::Problem problem = make_case_problem(c);
-  const ref::Inputs inputs = make_case_inputs(c, problem);
-  const ref::ForwardResult forward = ref::forward(problem, inputs);
-  const HostOperands ops =
-      make_host_operands(problem, inputs, forward.o_bf16, forward.softmax_stats);
-  DeviceBackwardProblem device(problem, inputs, ops, forward.softmax_stats);
-  const BackwardRun run = device.run(c.precision, false, /*debug_p_hat=*/true);
+  KernelCase k(c);
+  const BackwardRun run = k.device.run(c.precision, false, /*debug_p_hat=*/true);
   ASSERT_EQ(run.sync, cudaSuccess) << cudaGetErrorString(run.sync);
 
-  const ref::internal::ScoreOperands score(problem, ops.fwd);
+  const ref::Problem& problem = k.problem;
+  const ref::internal::ScoreOperands score(problem, k.ops.fwd);
   const int total_q = problem.total_q(), total_k = problem.total_k();
   size_t visible = 0, differ = 0, far = 0;
   std::vector<float> t(size_t(total_k) + 1);
@@ -188,7 +190,7 @@ TEST_P(BackwardProbabilityTest, RebuildsContractProbabilities) {
         const int n = ref::internal::visible_keys(problem, b, i);
         if (n <= 0) continue;
         score.logits(h, i, k_begin, n, t.data());
-        const float m = forward.softmax_stats[(size_t(h) * total_q + i) * 2];
+        const float m = k.forward.softmax_stats[(size_t(h) * total_q + i) * 2];
         for (int jj = 0; jj < n; ++jj) {
           const uint8_t want = e4m3_encode(ref::internal::ScoreOperands::shifted_exp2(t[jj], m));
           // The hook writes P̂ * 2^(M - 8); M - 8 is an integer, the division exact.

@@ -249,8 +249,8 @@ inline void expect_matches(const char* label, const std::string& name, const cha
   const double err_ref = ref::rel_l2(expected, exact);
   EXPECT_LE(err_vs_ref, kMaxErrorVsReference) << what;
   EXPECT_LE(err_gpu, kFloat64Factor * err_ref + kFloat64Slack) << what;
-  std::printf("[%s %s] %s: rel_l2 vs ref %.3g, vs f64 %.3g (ref %.3g)\n", label, name.c_str(),
-              what, err_vs_ref, err_gpu, err_ref);
+  std::printf("[%s %s] %s: rel_l2 vs ref %.3g, vs f64 %.3g (ref %.3g)\n", label, name.c_str(), what,
+              err_vs_ref, err_gpu, err_ref);
 }
 
 // dQ, dK and dV of repeat `run` bit for bit equal to those of the first run (any type with the

@@ -451,6 +451,57 @@ struct CaseData {
   }
 };
 
+// The case's BF16 inputs (in the case's layout), O and {M, l} on the device.
+struct DeviceInputs {
+  DeviceInput q, k, v, d_o, o;
+  DeviceBuffer<float> stats;
+
+  DeviceInputs(const CaseData& data, Layout layout)
+      : q(upload(data.inputs.q, layout)),
+        k(upload(data.inputs.k, layout)),
+        v(upload(data.inputs.v, layout)),
+        d_o(upload(data.inputs.d_o, layout)),
+        o(upload(data.o, layout)),
+        stats(data.stats) {}
+
+  // The backward pass over these inputs; no outputs set.
+  QuantizeBackwardArgs backward_args(const CaseData& data, ScaleMode mode) const {
+    QuantizeBackwardArgs args;
+    args.shape = data.shape;
+    args.scale_mode = mode;
+    args.q = q.view;
+    args.k = k.view;
+    args.v = v.view;
+    args.o = o.view;
+    args.d_o = d_o.view;
+    args.softmax_stats = stats.get();
+    return args;
+  }
+};
+
+// The forward pass's outputs Q̂, K̂, V̂ᵀ and LSE shift, poisoned (written by the forward pass, or
+// by the backward one when fused).
+struct ForwardCopies {
+  DeviceCopy q_hat, k_hat, v_hat_t;
+  DeviceBuffer<float> lse_shift;
+
+  ForwardCopies(const QuantizeCase& c, int tq, int tk)
+      : q_hat(row_major_bytes(tq, c.heads_q, c.head_dim), c.heads_q, tq),
+        k_hat(row_major_bytes(tk, c.heads_kv, c.head_dim), c.heads_kv, tk),
+        v_hat_t(token_major_bytes(tk, c.heads_kv, c.head_dim), c.heads_kv, tk),
+        lse_shift(poisoned_floats(size_t(c.heads_q) * tq)) {}
+
+  // All four as pass outputs; the LSE shift only when `with_shift`.
+  ForwardOperands outputs(bool with_shift) const {
+    ForwardOperands out;
+    out.q = q_hat.copy();
+    out.k = k_hat.copy();
+    out.v_t = v_hat_t.copy();
+    out.lse_shift = with_shift ? lse_shift.get() : nullptr;
+    return out;
+  }
+};
+
 // sum_d |q_id m_d| * softmax_scale: the scale of the LSE shift's rounding error.
 std::vector<double> lse_shift_bounds(const CaseData& data) {
   const ref::Problem& p = data.problem;
@@ -523,15 +574,8 @@ TEST_P(QuantizeKernelTest, ForwardMatchesReference) {
   const QuantizeCase& c = GetParam();
   CaseData data(c);
   const ref::Problem& p = data.problem;
-  const int tq = p.total_q(), tk = p.total_k(), dim = c.head_dim;
-  const DeviceInput q = upload(data.inputs.q, c.layout);
-  const DeviceInput k = upload(data.inputs.k, c.layout);
-  const DeviceInput v = upload(data.inputs.v, c.layout);
-
-  DeviceCopy q_hat(row_major_bytes(tq, c.heads_q, dim), c.heads_q, tq);
-  DeviceCopy k_hat(row_major_bytes(tk, c.heads_kv, dim), c.heads_kv, tk);
-  DeviceCopy v_hat_t(token_major_bytes(tk, c.heads_kv, dim), c.heads_kv, tk);
-  DeviceBuffer<float> lse_shift = poisoned_floats(size_t(c.heads_q) * tq);
+  const DeviceInputs in(data, c.layout);
+  const ForwardCopies out(c, p.total_q(), p.total_k());
 
   QuantizeForwardArgs args;
   args.shape = data.shape;
@@ -539,22 +583,19 @@ TEST_P(QuantizeKernelTest, ForwardMatchesReference) {
   args.key_smoothing = c.smoothing;
   args.key_smoothing_vector = data.smoothing_vector.get();
   args.softmax_scale = p.softmax_scale;
-  args.q = q.view;
-  args.k = k.view;
-  args.v = v.view;
-  args.out.q = q_hat.copy();
-  args.out.k = k_hat.copy();
-  args.out.v_t = v_hat_t.copy();
-  args.out.lse_shift = c.smoothing == KeySmoothing::kNone ? nullptr : lse_shift.get();
+  args.q = in.q.view;
+  args.k = in.k.view;
+  args.v = in.v.view;
+  args.out = out.outputs(c.smoothing != KeySmoothing::kNone);
   FLAMIA_CUDA_OK(launch_quantize_forward(args, nullptr));
   FLAMIA_CUDA_OK(cudaDeviceSynchronize());
 
   const ref::ForwardOperandsRef want = ref::quantize_forward_operands(p, data.inputs);
-  expect_row_major("Q̂", q_hat, want.q);
-  expect_row_major("K̂", k_hat, want.k);
-  expect_token_major("V̂ᵀ", v_hat_t, want.v_t, want.v);
+  expect_row_major("Q̂", out.q_hat, want.q);
+  expect_row_major("K̂", out.k_hat, want.k);
+  expect_token_major("V̂ᵀ", out.v_hat_t, want.v_t, want.v);
   if (c.smoothing != KeySmoothing::kNone)
-    expect_sums_close("lse_shift", lse_shift.download(), want.lse_shift, lse_shift_bounds(data),
+    expect_sums_close("lse_shift", out.lse_shift.download(), want.lse_shift, lse_shift_bounds(data),
                       kDotTolerance);
 }
 
@@ -565,12 +606,7 @@ TEST_P(QuantizeKernelTest, BackwardMatchesReference) {
   CaseData data(c);
   const ref::Problem& p = data.problem;
   const int tq = p.total_q(), tk = p.total_k(), dim = c.head_dim;
-  const DeviceInput q = upload(data.inputs.q, c.layout);
-  const DeviceInput k = upload(data.inputs.k, c.layout);
-  const DeviceInput v = upload(data.inputs.v, c.layout);
-  const DeviceInput d_o = upload(data.inputs.d_o, c.layout);
-  const DeviceInput o = upload(data.o, c.layout);
-  DeviceBuffer<float> stats(data.stats);
+  const DeviceInputs in(data, c.layout);
 
   DeviceCopy q_t(token_major_bytes(tq, c.heads_q, dim), c.heads_q, tq);
   DeviceCopy k_centered_t(token_major_bytes(tk, c.heads_kv, dim), c.heads_kv, tk);
@@ -578,21 +614,9 @@ TEST_P(QuantizeKernelTest, BackwardMatchesReference) {
   DeviceCopy d_o_hat(row_major_bytes(tq, c.heads_q, dim), c.heads_q, tq);
   DeviceCopy d_o_scaled_t(token_major_bytes(tq, c.heads_q, dim), c.heads_q, tq);
   DeviceBuffer<float> delta = poisoned_floats(size_t(c.heads_q) * tq);
-  // The fused forward copies (only written when c.fused_forward).
-  DeviceCopy q_hat(row_major_bytes(tq, c.heads_q, dim), c.heads_q, tq);
-  DeviceCopy k_hat(row_major_bytes(tk, c.heads_kv, dim), c.heads_kv, tk);
-  DeviceCopy v_hat_t(token_major_bytes(tk, c.heads_kv, dim), c.heads_kv, tk);
-  DeviceBuffer<float> lse_shift = poisoned_floats(size_t(c.heads_q) * tq);
+  const ForwardCopies fused(c, tq, tk);  // only written when c.fused_forward
 
-  QuantizeBackwardArgs args;
-  args.shape = data.shape;
-  args.scale_mode = c.mode;
-  args.q = q.view;
-  args.k = k.view;
-  args.v = v.view;
-  args.o = o.view;
-  args.d_o = d_o.view;
-  args.softmax_stats = stats.get();
+  QuantizeBackwardArgs args = in.backward_args(data, c.mode);
   args.out.q_t = q_t.copy();
   args.out.k_centered_t = k_centered_t.copy();
   args.out.v = v_hat.copy();
@@ -600,10 +624,7 @@ TEST_P(QuantizeKernelTest, BackwardMatchesReference) {
   args.out.d_o_scaled_t = d_o_scaled_t.copy();
   args.out.delta = delta.get();
   if (c.fused_forward) {
-    args.fwd_out.q = q_hat.copy();
-    args.fwd_out.k = k_hat.copy();
-    args.fwd_out.v_t = v_hat_t.copy();
-    args.fwd_out.lse_shift = c.smoothing == KeySmoothing::kNone ? nullptr : lse_shift.get();
+    args.fwd_out = fused.outputs(c.smoothing != KeySmoothing::kNone);
     args.key_smoothing = c.smoothing;
     args.key_smoothing_vector = data.smoothing_vector.get();
     args.softmax_scale = p.softmax_scale;
@@ -622,11 +643,11 @@ TEST_P(QuantizeKernelTest, BackwardMatchesReference) {
   expect_sums_close("delta", delta.download(), want.delta, delta_bounds(data, want.d_o),
                     kDotTolerance);
   if (c.fused_forward) {
-    expect_row_major("fused Q̂", q_hat, fwd.q);
-    expect_row_major("fused K̂", k_hat, fwd.k);
-    expect_token_major("fused V̂ᵀ", v_hat_t, fwd.v_t, fwd.v);
+    expect_row_major("fused Q̂", fused.q_hat, fwd.q);
+    expect_row_major("fused K̂", fused.k_hat, fwd.k);
+    expect_token_major("fused V̂ᵀ", fused.v_hat_t, fwd.v_t, fwd.v);
     if (c.smoothing != KeySmoothing::kNone)
-      expect_sums_close("fused lse_shift", lse_shift.download(), fwd.lse_shift,
+      expect_sums_close("fused lse_shift", fused.lse_shift.download(), fwd.lse_shift,
                         lse_shift_bounds(data), kDotTolerance);
   }
 }
@@ -643,26 +664,14 @@ TEST(QuantizeKernel, Deterministic) {
                           ScaleMode::kBlock32, KeySmoothing::kFirstKey};
   CaseData data(c);
   const int tq = data.problem.total_q();
-  const DeviceInput q = upload(data.inputs.q, c.layout);
-  const DeviceInput k = upload(data.inputs.k, c.layout);
-  const DeviceInput d_o = upload(data.inputs.d_o, c.layout);
-  const DeviceInput o = upload(data.o, c.layout);
-  DeviceBuffer<float> stats(data.stats);
+  const DeviceInputs in(data, c.layout);
   std::vector<uint8_t> first_values;
   std::vector<float> first_delta, first_shift;
   for (int run = 0; run < 2; ++run) {
     DeviceCopy d_o_scaled_t(token_major_bytes(tq, c.heads_q, c.head_dim), c.heads_q, tq);
     DeviceBuffer<float> delta = poisoned_floats(size_t(c.heads_q) * tq);
     DeviceBuffer<float> lse_shift = poisoned_floats(size_t(c.heads_q) * tq);
-    QuantizeBackwardArgs args;
-    args.shape = data.shape;
-    args.scale_mode = c.mode;
-    args.q = q.view;
-    args.k = k.view;
-    args.v = k.view;
-    args.o = o.view;
-    args.d_o = d_o.view;
-    args.softmax_stats = stats.get();
+    QuantizeBackwardArgs args = in.backward_args(data, c.mode);
     args.out.d_o_scaled_t = d_o_scaled_t.copy();
     args.out.delta = delta.get();
     args.fwd_out.lse_shift = lse_shift.get();
@@ -690,43 +699,25 @@ TEST(QuantizeKernel, DeviceStatusSkipsAllWork) {
   const QuantizeCase c = {
       "status", kAwkwardDocs, {}, 2, 1, 64, ScaleMode::kBlock32, KeySmoothing::kFirstKey};
   CaseData data(c);
-  const int tq = data.problem.total_q(), tk = data.problem.total_k(), dim = c.head_dim;
-  const DeviceInput q = upload(data.inputs.q, c.layout);
-  const DeviceInput k = upload(data.inputs.k, c.layout);
-  const DeviceInput v = upload(data.inputs.v, c.layout);
-  const DeviceInput d_o = upload(data.inputs.d_o, c.layout);
-  DeviceBuffer<float> stats(data.stats);
+  const int tq = data.problem.total_q(), tk = data.problem.total_k();
+  const DeviceInputs in(data, c.layout);
   DeviceBuffer<int32_t> status(std::vector<int32_t>{kDeviceStatusSeqlensDecreasing});
 
-  DeviceCopy q_hat(row_major_bytes(tq, c.heads_q, dim), c.heads_q, tq);
-  DeviceCopy k_hat(row_major_bytes(tk, c.heads_kv, dim), c.heads_kv, tk);
-  DeviceCopy v_hat_t(token_major_bytes(tk, c.heads_kv, dim), c.heads_kv, tk);
-  DeviceCopy d_o_scaled_t(token_major_bytes(tq, c.heads_q, dim), c.heads_q, tq);
-  DeviceBuffer<float> lse_shift = poisoned_floats(size_t(c.heads_q) * tq);
+  ForwardCopies out(c, tq, tk);
+  DeviceCopy d_o_scaled_t(token_major_bytes(tq, c.heads_q, c.head_dim), c.heads_q, tq);
   DeviceBuffer<float> delta = poisoned_floats(size_t(c.heads_q) * tq);
 
   QuantizeForwardArgs fwd;
   fwd.shape = data.shape;
   fwd.scale_mode = c.mode;
   fwd.key_smoothing = c.smoothing;
-  fwd.q = q.view;
-  fwd.k = k.view;
-  fwd.v = v.view;
-  fwd.out.q = q_hat.copy();
-  fwd.out.k = k_hat.copy();
-  fwd.out.v_t = v_hat_t.copy();
-  fwd.out.lse_shift = lse_shift.get();
+  fwd.q = in.q.view;
+  fwd.k = in.k.view;
+  fwd.v = in.v.view;
+  fwd.out = out.outputs(/*with_shift=*/true);
   fwd.device_status = status.get();
   FLAMIA_CUDA_OK(launch_quantize_forward(fwd, nullptr));
-  QuantizeBackwardArgs bwd;
-  bwd.shape = data.shape;
-  bwd.scale_mode = c.mode;
-  bwd.q = q.view;
-  bwd.k = k.view;
-  bwd.v = v.view;
-  bwd.o = d_o.view;
-  bwd.d_o = d_o.view;
-  bwd.softmax_stats = stats.get();
+  QuantizeBackwardArgs bwd = in.backward_args(data, c.mode);
   bwd.out.d_o_scaled_t = d_o_scaled_t.copy();
   bwd.out.delta = delta.get();
   bwd.device_status = status.get();
@@ -739,11 +730,11 @@ TEST(QuantizeKernel, DeviceStatusSkipsAllWork) {
       if (p[i] != byte) return false;
     return true;
   };
-  for (const DeviceCopy* copy : {&q_hat, &k_hat, &v_hat_t, &d_o_scaled_t}) {
+  for (const DeviceCopy* copy : {&out.q_hat, &out.k_hat, &out.v_hat_t, &d_o_scaled_t}) {
     EXPECT_TRUE(all_bytes(copy->values.download(), kValuePoison));
     EXPECT_TRUE(all_bytes(copy->exponents.download(), kExponentPoison));
   }
-  EXPECT_TRUE(all_bytes(lse_shift.download(), kFloatPoison));
+  EXPECT_TRUE(all_bytes(out.lse_shift.download(), kFloatPoison));
   EXPECT_TRUE(all_bytes(delta.download(), kFloatPoison));
 }
 
