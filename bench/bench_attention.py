@@ -82,13 +82,13 @@ def with_grad(tensors, requires_grad):
     return [t.detach().requires_grad_(requires_grad) for t in tensors]
 
 
-def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode):
+def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, **options):
     import flamia
 
     def run(grad):
         qq, kk, vv = with_grad((q, k, v), grad)
         out = flamia.attn_varlen_func(qq, kk, vv, cu, cu, max_len, max_len, causal=True,
-                                      scale_mode=scale_mode)
+                                      scale_mode=scale_mode, **options)
         return out, (qq, kk, vv), d_o
 
     return time_pair(run)
@@ -160,7 +160,7 @@ def bench_flex(q, k, v, d_o, cu):
     return time_pair(run)
 
 
-def accuracy(w, cli, scale_mode):
+def accuracy(w, cli, scale_mode, precision="fp8"):
     if not cli.exists():
         return {"error": f"{cli} not built"}
     group = w["heads_q"] // w["heads_kv"]
@@ -168,7 +168,7 @@ def accuracy(w, cli, scale_mode):
     heads_q, heads_kv = (group, 1) if group > 1 else (2, 2)
     args = [str(cli), "accuracy", "--docs", ",".join(map(str, w["doc_lens"])), "--heads-q",
             str(heads_q), "--heads-kv", str(heads_kv), "--head-dim", str(w["head_dim"]),
-            "--scale-mode", scale_mode, "--json"]
+            "--scale-mode", scale_mode, "--precision", precision, "--json"]
     start = time.time()
     proc = subprocess.run(args, capture_output=True, text=True, timeout=400)
     try:
@@ -208,6 +208,12 @@ def main():
                "head_dim": w["head_dim"], "fwd_flops": flops}
         f_fwd, f_fb = bench_flamia(q, k, v, d_o, cu, max_len, opts.scale_mode)
         rec["flamia_fwd_ms"], rec["flamia_fwdbwd_ms"] = f_fwd, f_fb
+        # the backward's options, fwd+bwd ms (issue: report the cost of each)
+        rec["flamia_options_fwdbwd_ms"] = {
+            "fp8-bf16grad": bench_flamia(q, k, v, d_o, cu, max_len, opts.scale_mode,
+                                         precision="fp8-bf16grad")[1],
+            "deterministic": bench_flamia(q, k, v, d_o, cu, max_len, opts.scale_mode,
+                                          deterministic=True)[1]}
         baselines = {}
         for bname, fn in (("fa2_varlen", lambda: bench_fa2_varlen(q, k, v, d_o, cu, max_len)),
                           ("cudnn", lambda: bench_cudnn(q, k, v, d_o, w["doc_lens"])),
@@ -233,7 +239,9 @@ def main():
         if errors:
             rec["baseline_errors"] = errors
         if not opts.no_accuracy:
-            rec.update({k2: v2 for k2, v2 in accuracy(w, ROOT / "build/flamia", opts.scale_mode).items()})
+            rec.update(accuracy(w, ROOT / "build/flamia", opts.scale_mode))
+            rec["bf16grad_accuracy"] = accuracy(w, ROOT / "build/flamia", opts.scale_mode,
+                                                "fp8-bf16grad")
         results["workloads"][name] = rec
         print(f"{name:17s} flamia fwd {f_fwd:7.3f} ms ({rec['flamia_fwd_tflops']:5.0f} TF/s) "
               f"x{rec['speedup_fwd']:.2f} vs {rec['best_bf16_fwd_name']}; fwd+bwd {f_fb:7.3f} ms "

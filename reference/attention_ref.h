@@ -97,6 +97,7 @@ struct BackwardOperandsRef {
   Fp8Tensor d_o_scaled;               // dÔ'' from dO / l, 64-query tile-aligned blocks
   std::vector<uint8_t> d_o_scaled_t;  // dÔ''ᵀ [Hq][D][pad16(total_q)], permuted tokens
   std::vector<float> delta;           // D_i = 2^edo_i * (dÔ_i . O_i), [Hq][total_q]
+  std::vector<float> delta_bf16;      // D_i = dO_i . O_i from the BF16 dO (fp8-bf16grad)
 };
 // `o` is the forward's BF16 output, `softmax_stats` its {M, l}. A row with l = 0 (no visible
 // key) gets dO'' = 0.

@@ -61,17 +61,6 @@ struct Context {
                 k16[(size_t(g) * problem.total_k() + t) * problem.head_dim + d] =
                     round_to_bf16(in.k.at(t, g, d) - in.k.at(problem.cu_seqlens_k[b], g, d));
       }
-      if (hooks.bf16grad_delta_from_bf16_d_o) {
-        // Ablation: D_i = dO_i . O_i from the BF16 dO that dP uses in this precision.
-        delta16.assign(bwd.delta.size(), 0.0f);
-        for (int t = 0; t < problem.total_q(); ++t)
-          for (int h = 0; h < problem.heads_q; ++h) {
-            double dot = 0.0;
-            for (int d = 0; d < problem.head_dim; ++d)
-              dot += double(in.d_o.at(t, h, d)) * double(o.at(t, h, d));
-            delta16[size_t(h) * problem.total_q() + t] = float(dot);
-          }
-      }
     }
     const std::vector<TokenBlock> key_blocks =
         tile_aligned_blocks(problem.cu_seqlens_k, kDqKeyBlockTokens);
@@ -100,7 +89,6 @@ struct Context {
   ScoreOperands score;
   std::vector<double> d_o, k_centered, d_o_scaled;  // decoded E4M3 copies, head-major
   std::vector<double> q16, k16, v16, d_o16;         // BF16 inputs (fp8-bf16grad only)
-  std::vector<float> delta16;                       // ablation: D from the BF16 dO
   std::vector<std::vector<TokenBlock>> dq_key_blocks, dk_query_blocks;  // per document
 };
 
@@ -120,8 +108,9 @@ void score_gradient_rows(const Context& c, int h, int doc, int begin, int end, f
     const float l = c.stats[(size_t(h) * total_q + i) * 2 + 1];
     if (n <= 0 || l == 0.0f) continue;  // fully masked row: no gradient
     c.score.logits(h, i, k_begin, n, t.data());
-    const float delta = c.delta16.empty() ? c.bwd.delta[size_t(h) * total_q + i]
-                                          : c.delta16[size_t(h) * total_q + i];
+    const bool delta_from_bf16 =
+        c.precision == BackwardPrecision::kFp8Bf16Grad && !c.hooks.bf16grad_delta_from_fp8_d_o;
+    const float delta = (delta_from_bf16 ? c.bwd.delta_bf16 : c.bwd.delta)[size_t(h) * total_q + i];
     const float do_scale = exp2_int(c.bwd.d_o.exponent(i, h));
     float* ds_row = ds + size_t(i - q_begin) * k_len;
     uint8_t* p_row = p_hat + size_t(i - q_begin) * k_len;
@@ -130,7 +119,8 @@ void score_gradient_rows(const Context& c, int h, int doc, int begin, int end, f
       const int ev = c.fwd.v.exponent(j, g);
       const float e = ScoreOperands::shifted_exp2(t[jj], m);
       p_row[jj] = e4m3_encode(e);
-      const float prob = (e * exp2_int(-ev)) / l;  // straight-through P (step 2)
+      // step 2: the probability the forward's P̂·V̂ used (l sums the same P̂)
+      const float prob = (float(e4m3_decode(p_row[jj])) * exp2_int(-ev)) / l;
       float dp;
       if (c.precision == BackwardPrecision::kFp8) {
         const double dot =

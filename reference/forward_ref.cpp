@@ -66,9 +66,9 @@ ForwardResult forward(const Problem& p, const Inputs& in, const QuantizationHook
       for (int jj = 0; jj < n; ++jj) {
         const int j = k_begin + jj;
         const float e = ScoreOperands::shifted_exp2(t[jj], m);
-        l += double(e * exp2_int(-ops.v.exponent(j, g)));
         const double p_hat = e4m3_decode(e4m3_encode(e));
         if (p_hat == 0.0) continue;
+        l += p_hat * exp2_int(-ops.v.exponent(j, g));  // §4 step 5: the quantized P̂ (exact)
         const double* v_row = &score.v[(size_t(g) * p.total_k() + j) * dim];
         for (int d = 0; d < dim; ++d) acc[d] += p_hat * v_row[d];  // exact: E4M3 x E4M3
       }

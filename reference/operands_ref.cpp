@@ -113,6 +113,14 @@ BackwardOperandsRef quantize_backward_operands(const Problem& p, const Inputs& i
         dot += double(e4m3_decode(ops.d_o.value(t, h, d))) * double(o.at(t, h, d));
       ops.delta[size_t(h) * total_q + t] = float(dot) * exp2_int(ops.d_o.exponent(t, h));
     }
+  // fp8-bf16grad: D from the BF16 dO that its dP uses (§5 step 10).
+  ops.delta_bf16.assign(size_t(p.heads_q) * total_q, 0.0f);
+  for (int t = 0; t < total_q; ++t)
+    for (int h = 0; h < p.heads_q; ++h) {
+      double dot = 0.0;
+      for (int d = 0; d < dim; ++d) dot += double(in.d_o.at(t, h, d)) * double(o.at(t, h, d));
+      ops.delta_bf16[size_t(h) * total_q + t] = float(dot);
+    }
   return ops;
 }
 

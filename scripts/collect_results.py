@@ -3,7 +3,8 @@
 
     collect_results.py tests OUT        OUT/ctest.log + OUT/pytest.log -> OUT/tests.json
     collect_results.py merge OUT --commit SHA --command "..." [--results bench/results]
-        OUT/{tests,quantize,attention}.json + OUT/sass.txt -> RESULTS/h200.json and h200.md
+        OUT/{tests,quantize,attention,kernels}.json + OUT/sass.txt -> RESULTS/h200.json and
+        h200.md
 """
 from __future__ import annotations
 
@@ -33,6 +34,31 @@ def count_tests(out: Path) -> dict:
             key = "failed" if word == "error" else word
             counts[key] += int(number)
     return counts
+
+
+def backward_options_table(work: dict) -> list[str]:
+    """fwd+bwd ms of the backward's options, and fp8-bf16grad's accuracy, per workload."""
+    rows = []
+    for name, r in work.items():
+        opt = r.get("flamia_options_fwdbwd_ms")
+        if not opt:
+            continue
+        acc = r.get("bf16grad_accuracy", {})
+
+        def err(key, src):
+            v = src.get(key)
+            return f"{v:.2g}" if isinstance(v, (int, float)) else "-"
+        rows.append(f"| {name} | {r['flamia_fwdbwd_ms']:.3f} | {opt['fp8-bf16grad']:.3f} | "
+                    f"{opt['deterministic']:.3f} | {err('dq_rel_l2_vs_f64', r)}/"
+                    f"{err('dk_rel_l2_vs_f64', r)}/{err('dv_rel_l2_vs_f64', r)} | "
+                    f"{err('dq_rel_l2_vs_f64', acc)}/{err('dk_rel_l2_vs_f64', acc)}/"
+                    f"{err('dv_rel_l2_vs_f64', acc)} |")
+    if not rows:
+        return []
+    return ["", "Backward options (fwd+bwd ms through the PyTorch front, with quantization; "
+                "gradient errors against float64):", "",
+            "| workload | fp8 | fp8-bf16grad | deterministic | fp8 dQ/dK/dV err | "
+            "bf16grad dQ/dK/dV err |", "|---|---|---|---|---|---|", *rows]
 
 
 def markdown(results: dict) -> str:
@@ -68,6 +94,19 @@ def markdown(results: dict) -> str:
         for name, r in work.items():
             parts = [f"{b} {v['fwd_ms']:.3f}/{v['fwdbwd_ms']:.3f}" for b, v in r["baselines"].items()]
             lines.append(f"- {name}: " + "; ".join(parts) + " (fwd/fwd+bwd ms)")
+        lines += backward_options_table(work)
+    kernels = results.get("kernels", {}).get("workloads", {})
+    if kernels:
+        lines += ["", "Kernels alone (operands already quantized; `python3 bench/run_kernels.py`), "
+                      "ms (TFLOP/s):", "",
+                  "| workload | forward | backward fp8 | backward fp8-bf16grad | backward deterministic |",
+                  "|---|---|---|---|---|"]
+        for name, r in kernels.items():
+            def cell(x):
+                return f"{x['ms']:.3f} ({x['tflops']:.0f})" if "ms" in x else "error"
+            b = r["backward"]
+            lines.append(f"| {name} | {cell(r['forward'])} | {cell(b['fp8'])} | "
+                         f"{cell(b['fp8-bf16grad'])} | {cell(b['deterministic'])} |")
     return "\n".join(lines) + "\n"
 
 
@@ -86,7 +125,7 @@ def main():
         print("tests:", counts)
         return
     results = {"commit": a.commit, "command": a.command}
-    for part in ("tests", "quantize", "attention"):
+    for part in ("tests", "quantize", "attention", "kernels"):
         f = out / f"{part}.json"
         if f.exists():
             data = json.loads(f.read_text())

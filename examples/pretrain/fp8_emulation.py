@@ -3,9 +3,9 @@ torch.autograd.Function, to study the contract's numerics in training without a 
 
 It follows the C++ reference (reference/forward_ref.cpp, backward_ref.cpp, operands_ref.cpp):
 per-token (or document-local 32-token) power-of-two scales, E4M3 operands, integer row maximum M,
-P̂ = q8(exp2(t - M + 8)), unquantized l, O = P̂ V̂ / l (BF16); backward with D from the quantized
-dO, dV through P̂ and dO/l (64-query tile-aligned blocks), dS = P (dP - D) with the unquantized
-P, dQ through K̂c = q8(k - k_first) with G per (query row, 128-key block), dK through Q̂ with H per
+P̂ = q8(exp2(t - M + 8)), l = sum_j P̂_ij 2^-ev_j, O = P̂ V̂ / l (BF16); backward with D from the
+quantized dO, dV through P̂ and dO/l (64-query tile-aligned blocks), dS = P (dP - D) with
+P = P̂ 2^-ev / l, dQ through K̂c = q8(k - k_first) with G per (query row, 128-key block), dK through Q̂ with H per
 (key row, 64-query block); `fp8-bf16grad` uses the BF16 inputs for dP, dQ, dK and a BF16 dS.
 Matrix products of E4M3 codes run in float64 (exact, as the reference's); scalar steps in FP32.
 
@@ -16,6 +16,10 @@ Ablation switches (not part of the contract) isolate which approximation matters
 - `delta_from_bf16`: fp8-bf16grad with D from the BF16 dO (the reference's ablation hook).
 - `delta_consistent`: D_i = sum_j P_ij dP_ij from the same P and dP as dS (instead of dÔ . O,
   where O was built from P̂): the rows of dS then sum to zero whatever the FP8 errors.
+- `quantized_denominator` (the contract since 2026-11-29; False gives the earlier contract): the
+  forward's l sums the quantized P̂ (l = sum_j P̂_ij 2^-ev_j) and dS uses P = P̂ 2^-ev / l. O is
+  then exactly the P-weighted mean of V̂, so D = dÔ . O is the row sum of P dP and the rows of dS
+  sum to zero up to O's BF16 rounding. False: l sums the unquantized p and dS uses p 2^-ev / l.
 
     attend = make_attention(scale_mode="exact", precision="fp8", key_smoothing="none")
     out = attend(q, k, v, cu_seqlens, max_seqlen)  # (tokens, heads, dim), any float dtype
@@ -49,6 +53,7 @@ class Fp8Config:
     center_bf16_keys: bool = False
     delta_from_bf16: bool = False
     delta_consistent: bool = False  # D_i = sum_j P_ij dP_ij: rows of dS sum to 0 exactly
+    quantized_denominator: bool = True  # l = sum_j P̂_ij 2^-ev_j; dS uses P̂ 2^-ev / l
 
 
 # ---- scalar numerics (§1) --------------------------------------------------------------------
@@ -130,7 +135,7 @@ class _DocOperands:
         self.kc, self.ekc = quantize_tokens(k - k[:1], ids)  # K̂c: centred on the first key
 
 
-def _forward_doc(ops: _DocOperands, h: int, g: int, c: float):
+def _forward_doc(ops: _DocOperands, h: int, g: int, c: float, quantized_l: bool = False):
     """§4 for one document and head: (O float32 before BF16, M, l, p (FP32 exp2), P̂)."""
     s = (ops.q[:, h].double() @ ops.k[:, g].double().T).float()  # exact, to FP32
     row = (c * torch.exp2(ops.eq[:, h])).unsqueeze(1)
@@ -141,7 +146,8 @@ def _forward_doc(ops: _DocOperands, h: int, g: int, c: float):
     m = torch.ceil(t.amax(dim=1, keepdim=True))
     p = torch.exp2(t - m + P_OFFSET)
     p_hat = e4m3(p)
-    l = (p.double() * torch.exp2(-ops.ev[:, g].double()).unsqueeze(0)).sum(1, keepdim=True).float()
+    summed = p_hat if quantized_l else p
+    l = (summed.double() * torch.exp2(-ops.ev[:, g].double()).unsqueeze(0)).sum(1, keepdim=True).float()
     o = (p_hat.double() @ ops.v[:, g].double()).float() / l
     return o, m, l, p, p_hat
 
@@ -177,13 +183,14 @@ def _backward_doc(q, k, v, o, do, ops: _DocOperands, stats, start, cfg: Fp8Confi
     for h in range(heads_q):
         g = h // group
         if cfg.exact_forward:  # recompute P̂ exactly as the FP8 forward would have
-            _, m_row, l_row, p, p_hat = _forward_doc(ops, h, g, c)
+            _, m_row, l_row, p, p_hat = _forward_doc(ops, h, g, c, cfg.quantized_denominator)
         else:
             m_row, l_row = stats[h]
-            _, _, _, p, p_hat = _forward_doc(ops, h, g, c)
+            _, _, _, p, p_hat = _forward_doc(ops, h, g, c, cfg.quantized_denominator)
         l_row = l_row.float()
         ev = ops.ev[:, g]
-        prob = (p * torch.exp2(-ev).unsqueeze(0)) / l_row  # straight-through P (step 2)
+        prob_source = p_hat if cfg.quantized_denominator else p
+        prob = (prob_source * torch.exp2(-ev).unsqueeze(0)) / l_row  # straight-through P (step 2)
         if cfg.precision == "fp8":
             dp = ((d_o[:, h].double() @ ops.v[:, g].double().T).float()
                   * torch.exp2(edo[:, h]).unsqueeze(1) * torch.exp2(ev).unsqueeze(0))
@@ -244,7 +251,8 @@ class Fp8Attention(torch.autograd.Function):
             ops = _DocOperands(q[start:end], k[start:end], v[start:end], start, cfg)
             doc_stats = []
             for h in range(heads_q):
-                o, m, l, _, _ = _forward_doc(ops, h, h // (heads_q // heads_kv), c)
+                o, m, l, _, _ = _forward_doc(ops, h, h // (heads_q // heads_kv), c,
+                                             cfg.quantized_denominator)
                 out[start:end, h] = o
                 doc_stats.append((m, l))
             stats.append(doc_stats)

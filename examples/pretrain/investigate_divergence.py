@@ -10,9 +10,10 @@ CPU study with the emulation of fp8_emulation.py (docs/results.md, "Divergence i
     python3 examples/pretrain/investigate_divergence.py errors --checkpoint /tmp/div/sdpa.pt
 
 Attention variants: sdpa (float), and fp8 variants named
-`fp8[-bf16grad][-firstkey][-block32][-fwdonly|-bwdonly][-ckeys][-dcons]` (fwdonly: FP8 forward with the
+`fp8[-bf16grad][-firstkey][-block32][-fwdonly|-bwdonly][-ckeys][-dcons][-lunq]` (fwdonly: FP8 forward with the
 float64 backward; bwdonly: float forward with the FP8 backward; ckeys: bf16grad with dQ
-against k - k_first; dcons: D_i = sum_j P_ij dP_ij).
+against k - k_first; dcons: D_i = sum_j P_ij dP_ij; lunq: the earlier contract, l sums the unquantized p and dS
+uses it).
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ def parse_variant(name: str) -> dict:
         kw["exact_forward"] = True
     if "dcons" in rest:
         kw["delta_consistent"] = True
+    if "lunq" in rest:
+        kw["quantized_denominator"] = False
     if "ckeys" in rest:
         kw["center_bf16_keys"] = True
     return kw

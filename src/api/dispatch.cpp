@@ -138,6 +138,7 @@ flamia_status run_backward_kernels(const flamia_backward_args& a, const Workspac
   quantize.o = input_view(a.o);
   quantize.d_o = input_view(a.d_o);
   quantize.softmax_stats = a.softmax_stats;
+  quantize.delta_from_bf16_d_o = a.precision == FLAMIA_PRECISION_FP8_BF16GRAD;
   quantize.out = ws.bwd;
   quantize.device_status = &ws.status->code;
   quantize.fwd_out = ws.fwd;  // lse_shift is null: the backward does not need it

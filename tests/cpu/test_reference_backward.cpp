@@ -89,7 +89,7 @@ NaiveGradients naive_backward(const Problem& p, const Inputs& in, const ForwardR
                                     c * exp2_int(fwd.q.exponent(i, h)), float(ev));
           const float e = exp2f(t - m + 8.0f);
           p_hat[i - q0][j - k0] = e4m3_encode(e);
-          const float prob = e * exp2_int(-ev) / l;
+          const float prob = e4m3_decode(p_hat[i - q0][j - k0]) * exp2_int(-ev) / l;
           const float dpij = float(dp) * exp2_int(bwd.d_o.exponent(i, h)) * exp2_int(ev);
           ds[i - q0][j - k0] = prob * (dpij - bwd.delta[size_t(h) * total_q + i]);
         }

@@ -46,8 +46,8 @@ RowResult naive_row(const Problem& p, const ForwardOperandsRef& ops, int h, int 
   std::vector<double> acc(dim, 0.0);
   for (int jj = 0; jj < n; ++jj) {
     const float e = exp2f(t[jj] - m + 8.0f);
-    l += double(e * exp2_int(-ops.v.exponent(k0 + jj, g)));
     const double p_hat = e4m3_decode(e4m3_encode(e));
+    l += p_hat * exp2_int(-ops.v.exponent(k0 + jj, g));
     for (int d = 0; d < dim; ++d) acc[d] += p_hat * e4m3_decode(ops.v.value(k0 + jj, g, d));
   }
   RowResult r;

@@ -153,6 +153,7 @@ class DeviceBackwardProblem {
         d_o_scaled_t_(ops.bwd.d_o_scaled_t),
         d_o_scaled_exp_(exponent_bytes(ops.bwd.d_o_scaled.exponents)),
         delta_(ops.bwd.delta),
+        delta_bf16_(ops.bwd.delta_bf16),
         stats_(stats),
         q16_(in.q.bits),
         k16_(in.k.bits),
@@ -179,7 +180,8 @@ class DeviceBackwardProblem {
     a.bwd.v = {v_.get(), exps(v_exp_)};
     a.bwd.d_o = {d_o_.get(), exps(d_o_exp_)};
     a.bwd.d_o_scaled_t = {d_o_scaled_t_.get(), exps(d_o_scaled_exp_)};
-    a.bwd.delta = delta_.get();
+    // fp8-bf16grad takes D from the BF16 dO (numerics §5 step 10)
+    a.bwd.delta = precision == BackwardPrecision::kFp8Bf16Grad ? delta_bf16_.get() : delta_.get();
     const int64_t dq_pitch = int64_t(p_.heads_q) * p_.head_dim;
     const int64_t dk_pitch = int64_t(p_.heads_kv) * p_.head_dim;
     a.q = {q16_.get(), dq_pitch, p_.head_dim};
@@ -217,7 +219,7 @@ class DeviceBackwardProblem {
   DeviceBuffer<int32_t> cu_q_, cu_k_;
   DeviceBuffer<uint8_t> q_, q_exp_, k_, k_exp_, v_t_, v_, v_exp_, q_t_, k_centered_t_,
       k_centered_exp_, d_o_, d_o_exp_, d_o_scaled_t_, d_o_scaled_exp_;
-  DeviceBuffer<float> delta_, stats_;
+  DeviceBuffer<float> delta_, delta_bf16_, stats_;
   DeviceBuffer<uint16_t> q16_, k16_, v16_, d_o16_;
   StridedOutput dq_, dk_, dv_;
 };

@@ -113,24 +113,33 @@ TEST_P(ForwardKernelTest, MatchesReference) {
   // E4M3 rounding boundary. The float64 criterion below is the binding one.
   EXPECT_LE(err_vs_ref, 1e-2);
   EXPECT_LE(err_gpu, 1.1 * err_ref + 1e-3);
-  double lse_err = 0.0;
+  // LSE = ln(l) + ...: l sums the quantized P̂ (numerics §4 step 5), so where the tensor cores'
+  // FP8 accumulation moves a row's largest P̂ across an E4M3 rounding boundary its LSE moves by
+  // up to one E4M3 step of the top binade, ln(1 + 1/8) (rows with few keys); on average far less.
+  const double flip_bound = std::log(1.0 + 1.0 / 8.0) + 1e-3;
+  double lse_err = 0.0, lse_err_sum = 0.0;
+  int lse_rows = 0;
   for (size_t i = 0; i < gpu.lse.size(); ++i) {
     if (std::isinf(expected.lse[i])) {
       EXPECT_TRUE(std::isinf(gpu.lse[i]) && gpu.lse[i] < 0) << "row " << i;
       continue;
     }
     ASSERT_TRUE(std::isfinite(gpu.lse[i])) << "LSE row " << i;
-    // relative to the logits' size: the FP8 error of S scales with |q||k|
-    lse_err = std::max(lse_err, double(std::fabs(gpu.lse[i] - expected.lse[i])) /
-                                    std::max(1.0, double(std::fabs(expected.lse[i]))));
+    const double diff = std::fabs(double(gpu.lse[i]) - double(expected.lse[i]));
+    lse_err = std::max(lse_err, diff);
+    lse_err_sum += diff;
+    ++lse_rows;
   }
-  EXPECT_LE(lse_err, 2e-3);
+  const double lse_mean_err = lse_rows > 0 ? lse_err_sum / lse_rows : 0.0;
+  EXPECT_LE(lse_err, flip_bound);
+  EXPECT_LE(lse_mean_err, 2e-3);
   int m_mismatch = 0;
   for (size_t i = 0; i < gpu.stats.size(); i += 2)
     m_mismatch += gpu.stats[i] != expected.softmax_stats[i];
   EXPECT_LE(m_mismatch, int(gpu.stats.size() / 2 / 100 + 1)) << "integer offsets M differ";
-  std::printf("[forward %s] rel_l2 vs ref %.3g, vs f64 %.3g (ref %.3g), max|dLSE| %.3g\n",
-              c.name.c_str(), err_vs_ref, err_gpu, err_ref, lse_err);
+  std::printf(
+      "[forward %s] rel_l2 vs ref %.3g, vs f64 %.3g (ref %.3g), |dLSE| max %.3g mean %.3g\n",
+      c.name.c_str(), err_vs_ref, err_gpu, err_ref, lse_err, lse_mean_err);
 }
 
 std::vector<ForwardCase> forward_cases() {

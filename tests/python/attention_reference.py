@@ -4,7 +4,7 @@
   bottom-right causal, fully masked rows give O = 0 and LSE = -inf); differentiable.
 - `contract_forward`: the forward of docs/numerics.md §1-§4 (E4M3 operands with power-of-two
   scales per token or per document-local 32-token block, integer row maximum M, quantized P̂,
-  unquantized l), as the C++ reference computes it. The kernels must match it to within the
+  l summed over the same P̂), as the C++ reference computes it. The kernels must match it to within the
   tolerances of §7, far tighter than their distance from float64.
 """
 
@@ -144,7 +144,7 @@ def contract_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
             row_max = torch.where(has_key, row_max, torch.zeros_like(row_max))
             p = torch.exp2(t - row_max + P_OFFSET)  # masked: exp2(-inf) = 0
             p_hat = e4m3(p)
-            l = (p.double() * torch.exp2(-ev_row.double())).sum(dim=1, keepdim=True).float()
+            l = (p_hat.double() * torch.exp2(-ev_row.double())).sum(dim=1, keepdim=True).float()
             o = (p_hat.double() @ v_hat[ks:ke, g].double()).float() / l
             out[qs:qe, h] = torch.where(has_key, o, 0.0)
             row_lse = torch.log(l) + (row_max - P_OFFSET) * math.log(2.0)

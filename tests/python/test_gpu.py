@@ -20,10 +20,22 @@ from attention_reference import attention_f64, contract_forward, doc_bounds, rel
 BF16 = torch.bfloat16
 DEVICE = "cuda"
 O_BOUND, GRAD_BOUND = 0.08, 0.1
-CONTRACT_O_BOUND, CONTRACT_LSE_BOUND = 5e-3, 1e-3
+CONTRACT_O_BOUND, CONTRACT_LSE_MEAN_BOUND = 5e-3, 2e-3
+# l sums the quantized P̂ (docs/numerics.md §4 step 5): where the tensor cores' FP8 accumulation
+# moves a row's largest P̂ across an E4M3 rounding boundary, its LSE moves by up to one E4M3 step
+# of the top binade, ln(1 + 1/8) (rows with few keys); on average far less.
+LSE_FLIP_BOUND = math.log(1.0 + 1.0 / 8.0) + 1e-3
 CONTRACT_RATIO, CONTRACT_SLACK = 1.1, 1e-3
 LSE_F64_BOUND = 0.25  # absolute; FP8 S moves LSE by a few 1e-2 on N(0, 1) data
 AWKWARD = [1, 17, 113, 0, 2049, 300]  # incl. an empty document and a 2k+1 one
+
+
+def assert_lse_matches_the_contract(lse, emulated_lse):
+    finite = torch.isfinite(emulated_lse)
+    assert torch.equal(torch.isfinite(lse), finite)
+    diff = (lse[finite] - emulated_lse[finite]).abs()
+    assert diff.mean() <= CONTRACT_LSE_MEAN_BOUND, diff.mean()
+    assert diff.max() <= LSE_FLIP_BOUND, diff.max()
 
 
 def _skip_reason() -> str | None:
@@ -168,7 +180,7 @@ def test_forward_matches_the_numerics_contract(scale_mode, key_smoothing, head_d
                                                   key_smoothing)
     ref = reference(p, None, causal=True)
     assert rel_l2(result["out"], emulated_out) <= CONTRACT_O_BOUND
-    assert (result["lse"] - emulated_lse).abs().max() <= CONTRACT_LSE_BOUND
+    assert_lse_matches_the_contract(result["lse"], emulated_lse)
     own = rel_l2(emulated_out, ref["out"])
     assert rel_l2(result["out"], ref["out"]) <= CONTRACT_RATIO * own + CONTRACT_SLACK
 
@@ -184,7 +196,7 @@ def test_vector_key_smoothing_against_the_contract():
                                                   p["cu_seqlens_k"], 1 / math.sqrt(128), True,
                                                   "exact", vector)
     assert rel_l2(result["out"], emulated_out) <= CONTRACT_O_BOUND
-    assert (result["lse"] - emulated_lse).abs().max() <= CONTRACT_LSE_BOUND
+    assert_lse_matches_the_contract(result["lse"], emulated_lse)
 
 
 def test_bf16_gradients_are_at_least_as_accurate():
@@ -214,32 +226,40 @@ def test_softmax_scale_is_used():
 # ---- causality: the property the exact scale mode promises ------------------------------------
 
 
+@pytest.mark.parametrize("key_smoothing", ["none", "first_key"])
 @pytest.mark.parametrize("scale_mode", ["exact", "block32"])
-def test_outputs_do_not_depend_on_later_tokens_or_other_documents(scale_mode):
+def test_outputs_do_not_depend_on_later_tokens_or_other_documents(scale_mode, key_smoothing):
     seqlens = [300, 190]
     cut = 150  # perturb document 0 from this position on, and all of document 1
     p = make(seqlens, heads_q=8, heads_kv=2, head_dim=128, requires_grad=False)
-    before = run(p, None, causal=True, scale_mode=scale_mode)
+    options = dict(scale_mode=scale_mode, key_smoothing=key_smoothing)
+    before = run(p, None, causal=True, **options)
     for name in ("q", "k", "v"):
         t = p[name].clone()
         t[cut:] = torch.randn_like(t[cut:]) * 3
         p[name] = t
-    after = run(p, None, causal=True, scale_mode=scale_mode)
+    after = run(p, None, causal=True, **options)
     # exact: every earlier row is bitwise unchanged; block32: rows of earlier 32-token blocks.
     keep = cut if scale_mode == "exact" else cut // 32 * 32
     assert torch.equal(before["out"][:keep], after["out"][:keep])
     assert torch.equal(before["lse"][:, :keep], after["lse"][:, :keep])
     assert not torch.equal(before["out"][cut:], after["out"][cut:])  # the test can fail
 
-    # The other direction: perturbing document 1 leaves document 0 bitwise unchanged.
-    p2 = make(seqlens, heads_q=8, heads_kv=2, head_dim=128, requires_grad=False, seed=1)
-    first = run(p2, None, causal=False, scale_mode=scale_mode)
+    # The other direction, forward and backward: perturbing document 1 leaves document 0's O,
+    # dQ, dK and dV bitwise unchanged (deterministic: no accumulation-order noise).
+    p2 = make(seqlens, heads_q=8, heads_kv=2, head_dim=128, seed=1)
+    dout = torch.randn_like(p2["q"])
+    first = run(p2, dout, causal=False, deterministic=True, **options)
     for name in ("q", "k", "v"):
-        t = p2[name].clone()
+        t = p2[name].detach().clone()
         t[seqlens[0]:] = t[seqlens[0]:] * 5 + 1
-        p2[name] = t
-    second = run(p2, None, causal=False, scale_mode=scale_mode)
-    assert torch.equal(first["out"][:seqlens[0]], second["out"][:seqlens[0]])
+        p2[name] = t.requires_grad_()
+    dout2 = dout.clone()
+    dout2[seqlens[0]:] = torch.randn_like(dout2[seqlens[0]:])
+    second = run(p2, dout2, causal=False, deterministic=True, **options)
+    for name in ("out", "dq", "dk", "dv"):
+        assert torch.equal(first[name][:seqlens[0]], second[name][:seqlens[0]]), name
+        assert not torch.equal(first[name][seqlens[0]:], second[name][seqlens[0]:]), name
 
 
 # ---- determinism, compile, graphs -------------------------------------------------------------

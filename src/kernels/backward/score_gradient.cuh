@@ -1,6 +1,6 @@
 // The per-element work of one (key tile, query tile, head) step on a warpgroup's transposed
 // accumulators Sᵀ, dPᵀ (rows = the warpgroup's 64 keys, columns = the tile's 64 queries):
-// P̂ rebuilt bit for bit as the forward built it, the straight-through P, dS, the power-of-two
+// P̂ rebuilt bit for bit as the forward built it, P = P̂ 2^-ev / l, dS, the power-of-two
 // dS scales of dK (per key row) and dQ (per query column), and the accumulator -> A-operand
 // packing of P̂ᵀ, Ĥᵀ (FP8) or dSᵀ (BF16).
 #pragma once
@@ -41,8 +41,9 @@ constexpr int kHalfScoreRegisters = kScoreRegisters / kScoreHalves;
 // Steps 3-5 for query columns 32 half .. 32 half + 31 (registers 16 half + i of the full tile):
 //   FP8:      dP = (dPraw * 2^edo_i) * 2^ev_j
 //   BF16grad: dP = dPraw (BF16 dO · V)
-//   P = (p * 2^-ev_j) / l_i (straight-through, from the FP32 p), dS = P * (dP - D_i);
-//   BF16grad rounds dS to BF16 (the value its products read).
+//   P = (P̂ * 2^-ev_j) / l_i with P̂ = e4m3(p), the probability the forward's P̂·V̂ used (l_i
+//   sums the same P̂), dS = P * (dP - D_i); BF16grad rounds dS to BF16 (the value its products
+//   read). Registers 2m, 2m+1 are one row's adjacent columns: one conversion rounds both.
 template <bool kBf16Grad, int kHalf>
 __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegisters],
                                                     const float (&dp)[kHalfScoreRegisters],
@@ -50,18 +51,25 @@ __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegis
                                                     const KeyRowFactors& key,
                                                     const QueryFactors& qf, int lane) {
 #pragma unroll
-  for (int k = 0; k < kHalfScoreRegisters; ++k) {
-    const int i = kHalf * kHalfScoreRegisters + k;
-    const int r = register_row(i);
-    const int col = register_column(lane, i);
-    float dpi = dp[k];
-    if constexpr (!kBf16Grad)
-      dpi = __fmul_rn(__fmul_rn(dpi, qf.d_o_scale[col]), key.value_scale[r]);
-    const float prob = __fmul_rn(__fmul_rn(p[i], key.score[r].inv_value_scale), qf.inv_l[col]);
-    const bool visible = key.visibility[r] <= qf.visibility[col];
-    float grad = visible ? __fmul_rn(prob, __fsub_rn(dpi, qf.delta[col])) : 0.0f;
-    if constexpr (kBf16Grad) grad = __bfloat162float(__float2bfloat16_rn(grad));
-    ds[i] = grad;
+  for (int k = 0; k < kHalfScoreRegisters; k += 2) {
+    const int i0 = kHalf * kHalfScoreRegisters + k;
+    const float2 p_hat = round_to_e4m3x2(p[i0], p[i0 + 1]);
+    const float p_hat_pair[2] = {p_hat.x, p_hat.y};
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      const int i = i0 + e;
+      const int r = register_row(i);
+      const int col = register_column(lane, i);
+      float dpi = dp[k + e];
+      if constexpr (!kBf16Grad)
+        dpi = __fmul_rn(__fmul_rn(dpi, qf.d_o_scale[col]), key.value_scale[r]);
+      const float prob =
+          __fmul_rn(__fmul_rn(p_hat_pair[e], key.score[r].inv_value_scale), qf.inv_l[col]);
+      const bool visible = key.visibility[r] <= qf.visibility[col];
+      float grad = visible ? __fmul_rn(prob, __fsub_rn(dpi, qf.delta[col])) : 0.0f;
+      if constexpr (kBf16Grad) grad = __bfloat162float(__float2bfloat16_rn(grad));
+      ds[i] = grad;
+    }
   }
 }
 

@@ -3,6 +3,8 @@
 // Explicit _rn intrinsics: no contraction or reassociation may change a bit between the passes.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
@@ -54,6 +56,20 @@ __device__ __forceinline__ uint32_t pack_e4m3x4(float x0, float x1, float x2, fl
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;\n" : "=h"(lo) : "f"(x0), "f"(x1));
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;\n" : "=h"(hi) : "f"(x2), "f"(x3));
   return uint32_t(lo) | (uint32_t(hi) << 16);
+}
+
+// The two E4M3 bytes of `bits` (low byte first) as exact floats.
+__device__ __forceinline__ float2 unpack_e4m3x2(uint16_t bits) {
+  uint32_t halves;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(halves) : "h"(bits));
+  return __half22float2(*reinterpret_cast<const __half2*>(&halves));
+}
+
+// (e4m3(x0), e4m3(x1)) as floats: the P̂ values pack_e4m3x4 stores, by the same conversion.
+__device__ __forceinline__ float2 round_to_e4m3x2(float x0, float x1) {
+  uint16_t bits;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;\n" : "=h"(bits) : "f"(x0), "f"(x1));
+  return unpack_e4m3x2(bits);
 }
 
 }  // namespace flamia

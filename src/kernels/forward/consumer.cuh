@@ -94,7 +94,8 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
         hopper::smem_addr(smem.q[q_buffer] + tile_row0 * kHeadDim), qk_swizzle<kHeadDim>());
     hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
     uint32_t a[kBlockN / 32][4];
-    // Scores of tile n (already in s) -> t, p, l; releases the K stage. Returns the O ratio.
+    // Scores of tile n (already in s) -> t, p, the P̂ operand `a` and l; releases the K stage
+    // (whose factors l reads). Returns the O ratio.
     auto softmax = [&](float(&s)[kBlockN / 2], int n, int stage, float(&ratio)[kRowsPerThread]) {
       if (n == w.geo.n_tiles - 1) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
       const KeyPairFactors* factors = smem.factors[stage];
@@ -106,7 +107,9 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
         softmax_scores_to_exponents<kBlockN, false>(s, state, ratio, factors, lane, first_key_local,
                                                     row_local);
       }
-      softmax_exponents_to_probabilities<kBlockN>(s, state, factors, lane);
+      softmax_exponents_to_probabilities<kBlockN>(s, state);
+      probabilities_to_operand<kBlockN>(s, a);
+      accumulate_quantized_row_sum<kBlockN>(a, state, factors, lane);
       hopper::mbarrier_arrive(&smem.k_empty[stage]);
     };
     auto k_desc = [&](int stage) {
@@ -131,7 +134,6 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
       if constexpr (kDebugProbabilities)
         write_debug_probabilities<kBlockN>(p, w, s, state, n, row_local, lane);
       rescale_output(o, ratio);
-      probabilities_to_operand<kBlockN>(s, a);
       hopper::mbarrier_wait(&smem.v_full[stage], phase_of(iteration));
       mma_output<kHeadDim>(o, a, smem.vt[stage]);
       hopper::warpgroup_wait<0>();

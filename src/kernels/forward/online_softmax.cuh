@@ -1,6 +1,6 @@
 // Online softmax of one consumer thread's two query rows over a key tile, with the integer
 // running offset of docs/numerics.md §4: t = fma(S 2^ek, c 2^eq, ev), M = ceil(running max t),
-// p = exp2(t - M + 8), l += p 2^-ev. Rescales of l and O are exact powers of two.
+// p = exp2(t - M + 8), P̂ = e4m3(p), l += P̂ 2^-ev. Rescales of l and O are exact powers of two.
 #pragma once
 
 #include "kernels/common/softmax_numerics.cuh"
@@ -96,29 +96,15 @@ __device__ __forceinline__ void rescale_output(float (&o)[kOutRegisters],
   }
 }
 
-// Pass 2: t -> p = exp2(t - M + 8) in place, accumulating l with 2^-ev.
+// Pass 2: t -> p = exp2(t - M + 8) in place.
 template <int kBlockN>
 __device__ __forceinline__ void softmax_exponents_to_probabilities(float (&s)[kBlockN / 2],
-                                                                   RowState& state,
-                                                                   const KeyPairFactors* factors,
-                                                                   int lane) {
+                                                                   const RowState& state) {
   const float offset[kRowsPerThread] = {softmax_offset(state.row_max[0]),
                                         softmax_offset(state.row_max[1])};
-
 #pragma unroll
-  for (int c = 0; c < kBlockN / 8; ++c) {
-    const float2 inv =
-        *reinterpret_cast<const float2*>(factors[4 * c + (lane & 3)].inv_value_scale);
-    const float inv_value_scale[2] = {inv.x, inv.y};
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = 4 * c + j;
-      const int r = register_row(i);
-      const float p = unnormalized_probability(s[i], offset[r]);
-      state.row_sum[r] = __fmaf_rn(p, inv_value_scale[j & 1], state.row_sum[r]);
-      s[i] = p;
-    }
-  }
+  for (int i = 0; i < kBlockN / 2; ++i)
+    s[i] = unnormalized_probability(s[i], offset[register_row(i)]);
 }
 
 // Accumulator -> FP8 A operand of P̂·V̂ (4 x b32 per k32 step): swap registers (8c+2, 8c+3) with
@@ -136,6 +122,42 @@ __device__ __forceinline__ void probabilities_to_operand(const float (&s)[kBlock
       a[kk][2 * half + 1] = pack_e4m3x4(x[2], x[3], x[6], x[7]);
     }
   }
+}
+
+// Pass 3: l += Σ P̂ 2^-ev over the tile, from the packed operand (numerics §4 step 5: the
+// denominator sums the probabilities the P̂·V̂ product uses, so O is their exact weighted mean
+// and the backward's dS rows sum to zero). Word 2h of k step kk holds row 0's columns of pairs
+// 4kk+2h (bytes 0-1) and 4kk+2h+1 (bytes 2-3); word 2h+1 the same columns of row 1.
+template <int kBlockN>
+__device__ __forceinline__ void accumulate_quantized_row_sum(const uint32_t (&a)[kBlockN / 32][4],
+                                                             RowState& state,
+                                                             const KeyPairFactors* factors,
+                                                             int lane) {
+  float sum[kRowsPerThread][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // two chains per row
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 32; ++kk) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int pair = 4 * kk + 2 * half;
+      const float2 inv0 =
+          *reinterpret_cast<const float2*>(factors[4 * pair + (lane & 3)].inv_value_scale);
+      const float2 inv1 =
+          *reinterpret_cast<const float2*>(factors[4 * (pair + 1) + (lane & 3)].inv_value_scale);
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        const uint32_t word = a[kk][2 * half + r];
+        const float2 lo = unpack_e4m3x2(uint16_t(word & 0xffffu));
+        const float2 hi = unpack_e4m3x2(uint16_t(word >> 16));
+        sum[r][0] = __fmaf_rn(lo.x, inv0.x, sum[r][0]);
+        sum[r][1] = __fmaf_rn(lo.y, inv0.y, sum[r][1]);
+        sum[r][0] = __fmaf_rn(hi.x, inv1.x, sum[r][0]);
+        sum[r][1] = __fmaf_rn(hi.y, inv1.y, sum[r][1]);
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r)
+    state.row_sum[r] = __fadd_rn(state.row_sum[r], __fadd_rn(sum[r][0], sum[r][1]));
 }
 
 }  // namespace flamia::forward

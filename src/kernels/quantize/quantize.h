@@ -29,6 +29,7 @@ struct QuantizeBackwardArgs {
   ScaleMode scale_mode = ScaleMode::kExact;
   Bf16View q, k, v, o, d_o;
   const float* softmax_stats = nullptr;  // [heads_q][total_q][2] = {M, l}
+  bool delta_from_bf16_d_o = false;      // fp8-bf16grad: D = dO . O (else 2^edo dÔ . O)
   BackwardOperands out;
   const int32_t* device_status = nullptr;
   // Optional (extension): the forward's copies rebuilt from the same read of q, k, v, so the

@@ -74,6 +74,7 @@ struct LseShiftSpec {
 struct DeltaSpec {
   float* out = nullptr;  // [heads][tokens]
   TensorSource o;
+  bool from_input = false;  // D = dO . O from the BF16 dO (fp8-bf16grad), not from dÔ
 };
 
 struct TensorJob {

@@ -175,6 +175,17 @@ __device__ __forceinline__ int opaque(int v) {
   return v;
 }
 
+// Adds v . O of token j's chunk to sum (delta from the BF16 dO, numerics §5 step 10).
+template <int kThreads>
+__device__ __forceinline__ float add_input_delta_dot(const OwnChunks<kThreads>& o, int j,
+                                                     const float (&v)[kChunkChannels], float sum) {
+  float ov[kChunkChannels];
+  unpack_chunk(o(j), ov);
+#pragma unroll
+  for (int c = 0; c < kChunkChannels; ++c) sum = __fmaf_rn(v[c], ov[c], sum);
+  return sum;
+}
+
 // Adds decode(codes) . O of token j's chunk to sum (delta, numerics §5 step 3).
 template <int kThreads>
 __device__ __forceinline__ float add_delta_dot(const OwnChunks<kThreads>& o, int j,
@@ -345,8 +356,11 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
                               codes[j]);
             }
             if constexpr (kGradient) {
-              if (k == 0 && job.delta.out != nullptr)
-                delta[j] = add_delta_dot(own_chunks(s.o_input, n, tid), j, codes[j], delta[j]);
+              if (k == 0 && job.delta.out != nullptr) {
+                const auto o = own_chunks(s.o_input, n, tid);
+                delta[j] = job.delta.from_input ? add_input_delta_dot(o, j, v, delta[j])
+                                                : add_delta_dot(o, j, codes[j], delta[j]);
+              }
             }
           });
       if (copy.token_major != nullptr) stage_codes(s.stage, g, chunk, copy.order, codes);
@@ -365,7 +379,7 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
         const float sum = Geometry::reduce_chunks(delta[j], SumOp());
         if (set.valid(j) && g.sub_chunk == 0)
           job.delta.out[int64_t(head) * tokens + set.token(j)] =
-              __fmul_rn(exp2_int(s.exponent[0][set.local(j)]), sum);
+              job.delta.from_input ? sum : __fmul_rn(exp2_int(s.exponent[0][set.local(j)]), sum);
       }
     }
   }
