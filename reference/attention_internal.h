@@ -21,11 +21,11 @@ struct QuantizationHooks {
   ScaleRule scale_rule = scale_exponent;    // every quantization, dS included
   // Backward: K̂c from k - k_first(doc) (the contract) or, for the ablation, from k itself.
   bool center_keys_for_dq = true;
-  // fp8-bf16grad ablations (the contract, §5.10, keeps both false): D_i from the quantized dÔ
-  // (the contract before 2026-11-29, inconsistent with this precision's BF16 dP), and dQ
-  // through a BF16 copy of k - k_first(doc).
+  // fp8-bf16grad ablations, the contract before 2026-11-29 (§5.10 keeps both false): D_i from
+  // the quantized dÔ (inconsistent with this precision's BF16 dP), and dQ through the raw BF16
+  // keys instead of the BF16 copy of k - k_first(doc).
   bool bf16grad_delta_from_fp8_d_o = false;
-  bool bf16grad_centered_keys = false;
+  bool bf16grad_uncentered_keys = false;
 };
 
 ForwardOperandsRef quantize_forward_operands(const Problem& problem, const Inputs& inputs,

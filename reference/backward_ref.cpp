@@ -52,8 +52,8 @@ struct Context {
       k16 = head_major(in.k);
       v16 = head_major(in.v);
       d_o16 = head_major(in.d_o);
-      if (hooks.bf16grad_centered_keys) {
-        // Ablation: a BF16 copy of k - k_first(doc) for dQ.
+      if (!hooks.bf16grad_uncentered_keys) {
+        // §5 step 10: dQ through a BF16 copy of k - k_first(doc).
         for (int b = 0; b < problem.batch(); ++b)
           for (int t = problem.cu_seqlens_k[b]; t < problem.cu_seqlens_k[b + 1]; ++t)
             for (int g = 0; g < problem.heads_kv; ++g)

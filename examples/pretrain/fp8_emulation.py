@@ -12,8 +12,8 @@ Matrix products of E4M3 codes run in float64 (exact, as the reference's); scalar
 Ablation switches (not part of the contract) isolate which approximation matters:
 - `exact_backward`: FP8 forward, but the float64 gradient of unquantized attention.
 - `exact_forward`: float64 forward (BF16 output), FP8 backward of the contract.
-- `center_bf16_keys`: fp8-bf16grad with dQ against k - k_first (the reference's ablation hook).
-- `delta_from_bf16`: fp8-bf16grad with D from the BF16 dO (the reference's ablation hook).
+- `center_bf16_keys`, `delta_from_bf16` (both the contract since 2026-11-29; False gives the
+  earlier contract): fp8-bf16grad with dQ against BF16 k - k_first, and with D from the BF16 dO.
 - `delta_consistent`: D_i = sum_j P_ij dP_ij from the same P and dP as dS (instead of dÔ . O,
   where O was built from P̂): the rows of dS then sum to zero whatever the FP8 errors.
 - `quantized_denominator` (the contract since 2026-11-29; False gives the earlier contract): the
@@ -50,8 +50,8 @@ class Fp8Config:
     softmax_scale: float | None = None  # default 1/sqrt(head_dim)
     exact_backward: bool = False
     exact_forward: bool = False
-    center_bf16_keys: bool = False
-    delta_from_bf16: bool = False
+    center_bf16_keys: bool = True
+    delta_from_bf16: bool = True
     delta_consistent: bool = False  # D_i = sum_j P_ij dP_ij: rows of dS sum to 0 exactly
     quantized_denominator: bool = True  # l = sum_j P̂_ij 2^-ev_j; dS uses P̂ 2^-ev / l
 

@@ -159,6 +159,15 @@ flamia_status run_backward_kernels(const flamia_backward_args& a, const Workspac
   kernel.bwd = ws.bwd;
   kernel.q = input_view(a.q);
   kernel.k = input_view(a.k);
+  if (ws.centered_bf16_keys != nullptr) {
+    // fp8-bf16grad reads K only for dQ: it reads k - k_first (numerics §5 step 10)
+    const cudaError_t center_error = launch_center_keys_bf16(
+        kernel.shape, kernel.k, ws.centered_bf16_keys, &ws.status->code, stream);
+    if (center_error != cudaSuccess)
+      return fail_cuda(where, "launch_center_keys_bf16", center_error);
+    const int64_t head_stride = p.head_dim;
+    kernel.k = {ws.centered_bf16_keys, head_stride * p.heads_kv, head_stride};
+  }
   kernel.v = input_view(a.v);
   kernel.d_o = input_view(a.d_o);
   kernel.softmax_stats = a.softmax_stats;
@@ -234,6 +243,7 @@ WorkspaceRequest backward_workspace_request(const flamia_backward_args& args) {
   request.pass = Pass::kBackward;
   request.key_smoothing = false;  // K̂ is built from k - m, but no LSE shift is needed
   request.deterministic = args.deterministic != 0;
+  request.centered_bf16_keys = args.precision == FLAMIA_PRECISION_FP8_BF16GRAD;
   return request;
 }
 

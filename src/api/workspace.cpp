@@ -59,6 +59,8 @@ WorkspaceLayout layout_workspace(const WorkspaceRequest& request, void* base) {
         take_copy(carver, token_major_bytes(s.total_q, s.heads_q, d), s.total_q, s.heads_q);
     bwd.delta = carver.take<float>(exponent_count(s.total_q, s.heads_q));
     layout.scratch = carver.take<char>(backward_scratch_bytes(s, request.deterministic));
+    if (request.centered_bf16_keys)
+      layout.centered_bf16_keys = carver.take<uint16_t>(size_t(s.total_k) * s.heads_kv * d);
   }
   layout.bytes = carver.used();
   return layout;

@@ -24,17 +24,19 @@ enum class Pass { kForward, kBackward };
 struct WorkspaceRequest {
   PackedShape shape;
   Pass pass = Pass::kForward;
-  bool key_smoothing = false;  // lse_shift is needed (the forward with any key smoothing)
-  bool deterministic = false;  // backward only: sizes the scratch
+  bool key_smoothing = false;       // lse_shift is needed (the forward with any key smoothing)
+  bool deterministic = false;       // backward only: sizes the scratch
+  bool centered_bf16_keys = false;  // backward, fp8-bf16grad: BF16 k - k_first for dQ
 };
 
 struct WorkspaceLayout {
   DeviceStatusRecord* status = nullptr;
   ForwardOperands fwd;
-  BackwardOperands bwd;       // backward only
-  void* scheduler = nullptr;  // forward only
-  void* scratch = nullptr;    // backward only
-  size_t bytes = 0;           // total, a multiple of kWorkspaceAlignment
+  BackwardOperands bwd;                // backward only
+  void* scheduler = nullptr;           // forward only
+  void* scratch = nullptr;             // backward only
+  void* centered_bf16_keys = nullptr;  // backward, fp8-bf16grad only
+  size_t bytes = 0;                    // total, a multiple of kWorkspaceAlignment
 };
 
 // With base == nullptr only measures (all pointers null); otherwise carves from `base`, which

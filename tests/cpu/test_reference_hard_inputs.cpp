@@ -130,33 +130,36 @@ TEST(HardInputs, SinkDominatesAttention) {
   EXPECT_GT(sink_mass / 150, 0.5);
 }
 
-// fp8-bf16grad with D from the quantized dÔ (the contract before 2026-11-29) leaves rows of dS
-// that do not sum to zero, and dQ inherits the key bias; D from the BF16 dO its dP uses (the
-// contract now) removes part of it; the rest comes from dQ reading the raw BF16 keys, whose
-// common component multiplies every rounding residual of dS — a BF16 copy of k - k_first (an
-// ablation here, not yet an option of flamia) removes it, as K̂c does on the FP8 path.
-TEST(HardInputs, Bf16GradDqUnderKeyBiasNeedsConsistentDelta) {
+// fp8-bf16grad as the contract had it before 2026-11-29 (D from the quantized dÔ, dQ against
+// the raw BF16 keys) loses dQ to the key bias: the rows of dS do not sum to zero, and whatever
+// is left of the row sum multiplies the keys' common component. D from the BF16 dO its dP uses
+// and dQ against a BF16 copy of k - k_first (the contract now) fix it, each by itself too.
+TEST(HardInputs, Bf16GradDqUnderKeyBiasNeedsConsistentDeltaAndCenteredKeys) {
   const Problem p = make_problem({1, 300}, 1, 1, 128, true);
   const Inputs in = make_inputs(p, {1, kKeyBias});
   const Float64Result r = float64_attention(p, in, true);
   const ForwardResult f = forward(p, in);
-  const BackwardResult contract =
-      backward(p, in, f.o_bf16, f.softmax_stats, BackwardPrecision::kFp8Bf16Grad);
-  internal::QuantizationHooks earlier_hooks;
-  earlier_hooks.bf16grad_delta_from_fp8_d_o = true;
-  const BackwardResult earlier = internal::backward(p, in, f.o_bf16, f.softmax_stats,
-                                                    BackwardPrecision::kFp8Bf16Grad, earlier_hooks);
-  internal::QuantizationHooks centered_hooks;
-  centered_hooks.bf16grad_centered_keys = true;
-  const BackwardResult centered = internal::backward(
-      p, in, f.o_bf16, f.softmax_stats, BackwardPrecision::kFp8Bf16Grad, centered_hooks);
-  const double dq_contract = rel_l2(contract.dq, r.dq), dq_earlier = rel_l2(earlier.dq, r.dq),
-               dq_centered = rel_l2(centered.dq, r.dq);
-  RecordProperty("dq_contract", std::to_string(dq_contract));
-  RecordProperty("dq_earlier", std::to_string(dq_earlier));
-  RecordProperty("dq_centered", std::to_string(dq_centered));
-  EXPECT_LT(dq_contract, 0.9 * dq_earlier);   // measured 0.28 vs 0.35
-  EXPECT_LT(dq_centered, 0.7 * dq_contract);  // measured 0.17
+  auto dq_error = [&](bool fp8_delta, bool uncentered) {
+    internal::QuantizationHooks hooks;
+    hooks.bf16grad_delta_from_fp8_d_o = fp8_delta;
+    hooks.bf16grad_uncentered_keys = uncentered;
+    return rel_l2(
+        internal::backward(p, in, f.o_bf16, f.softmax_stats, BackwardPrecision::kFp8Bf16Grad, hooks)
+            .dq,
+        r.dq);
+  };
+  const double contract =
+      rel_l2(backward(p, in, f.o_bf16, f.softmax_stats, BackwardPrecision::kFp8Bf16Grad).dq, r.dq);
+  const double earlier = dq_error(true, true), delta_only = dq_error(false, true),
+               centering_only = dq_error(true, false);
+  RecordProperty("dq_contract", std::to_string(contract));
+  RecordProperty("dq_earlier", std::to_string(earlier));
+  RecordProperty("dq_consistent_delta_only", std::to_string(delta_only));
+  RecordProperty("dq_centered_keys_only", std::to_string(centering_only));
+  EXPECT_EQ(contract, dq_error(false, false));
+  EXPECT_LT(delta_only, 0.9 * earlier);  // measured 0.28 vs 0.35
+  EXPECT_LT(centering_only, 0.7 * earlier);
+  EXPECT_LT(contract, 0.7 * delta_only);
 }
 
 }  // namespace

@@ -119,6 +119,18 @@ inline std::vector<float> bits_to_float(const std::vector<uint16_t>& bits) {
   return out;
 }
 
+// BF16 k - k_first(doc), dense [total_k][heads_kv][head_dim]: fp8-bf16grad's dQ operand.
+inline std::vector<uint16_t> centered_key_bits(const ref::Problem& p, const ref::Inputs& in) {
+  std::vector<uint16_t> out(in.k.bits.size());
+  for (int b = 0; b < p.batch(); ++b)
+    for (int t = p.cu_seqlens_k[b]; t < p.cu_seqlens_k[b + 1]; ++t)
+      for (int g = 0; g < p.heads_kv; ++g)
+        for (int d = 0; d < p.head_dim; ++d)
+          out[(size_t(t) * p.heads_kv + g) * p.head_dim + d] =
+              ref::float_to_bf16(in.k.at(t, g, d) - in.k.at(p.cu_seqlens_k[b], g, d));
+  return out;
+}
+
 inline std::vector<uint8_t> exponent_bytes(const std::vector<int8_t>& e) {
   return std::vector<uint8_t>(e.begin(), e.end());
 }
@@ -157,6 +169,7 @@ class DeviceBackwardProblem {
         stats_(stats),
         q16_(in.q.bits),
         k16_(in.k.bits),
+        k16_centered_(centered_key_bits(p, in)),
         v16_(in.v.bits),
         d_o16_(in.d_o.bits),
         dq_(p.total_q(), p.heads_q, p.head_dim),
@@ -185,7 +198,9 @@ class DeviceBackwardProblem {
     const int64_t dq_pitch = int64_t(p_.heads_q) * p_.head_dim;
     const int64_t dk_pitch = int64_t(p_.heads_kv) * p_.head_dim;
     a.q = {q16_.get(), dq_pitch, p_.head_dim};
-    a.k = {k16_.get(), dk_pitch, p_.head_dim};
+    // fp8-bf16grad reads K only for dQ, as BF16 k - k_first (the API makes that copy)
+    a.k = {(precision == BackwardPrecision::kFp8Bf16Grad ? k16_centered_ : k16_).get(), dk_pitch,
+           p_.head_dim};
     a.v = {v16_.get(), dk_pitch, p_.head_dim};
     a.d_o = {d_o16_.get(), dq_pitch, p_.head_dim};
     a.softmax_stats = stats_.get();
@@ -220,7 +235,7 @@ class DeviceBackwardProblem {
   DeviceBuffer<uint8_t> q_, q_exp_, k_, k_exp_, v_t_, v_, v_exp_, q_t_, k_centered_t_,
       k_centered_exp_, d_o_, d_o_exp_, d_o_scaled_t_, d_o_scaled_exp_;
   DeviceBuffer<float> delta_, delta_bf16_, stats_;
-  DeviceBuffer<uint16_t> q16_, k16_, v16_, d_o16_;
+  DeviceBuffer<uint16_t> q16_, k16_, k16_centered_, v16_, d_o16_;
   StridedOutput dq_, dk_, dv_;
 };
 

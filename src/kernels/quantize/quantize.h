@@ -47,4 +47,9 @@ bool quantize_supports_head_dim(int head_dim);
 cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_t stream);
 cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStream_t stream);
 
+// fp8-bf16grad's dQ operand: BF16 k - k_first(doc) into `out`, dense
+// [total_k][heads_kv][head_dim] (numerics §5 step 10). Skipped when *device_status != 0.
+cudaError_t launch_center_keys_bf16(const PackedShape& shape, Bf16View k, void* out,
+                                    const int32_t* device_status, cudaStream_t stream);
+
 }  // namespace flamia
