@@ -173,7 +173,7 @@ def _backward_doc(q, k, v, o, do, ops: _DocOperands, stats, start, cfg: Fp8Confi
     dv = torch.zeros(lq, heads_kv, dim, dtype=torch.float64)
     d_o, edo = quantize_tokens(do, ops.ids)
     delta = (d_o.double() * o.double()).sum(2).float() * torch.exp2(edo)  # (L, Hq)
-    if cfg.delta_from_bf16:
+    if cfg.delta_from_bf16 and cfg.precision != "fp8":  # fp8-bf16grad's dP uses the BF16 dO
         delta = (do.double() * o.double()).sum(2).float()
     c = float(torch.tensor(scale, dtype=torch.float32) * math.log2(math.e))
     qblk64 = tile_block_ids(start, lq, DO_SCALED_QUERY_BLOCK)

@@ -10,10 +10,10 @@ CPU study with the emulation of fp8_emulation.py (docs/results.md, "Divergence i
     python3 examples/pretrain/investigate_divergence.py errors --checkpoint /tmp/div/sdpa.pt
 
 Attention variants: sdpa (float), and fp8 variants named
-`fp8[-bf16grad][-firstkey][-block32][-fwdonly|-bwdonly][-ckeys][-dcons][-lunq]` (fwdonly: FP8 forward with the
-float64 backward; bwdonly: float forward with the FP8 backward; ckeys: bf16grad with dQ
-against k - k_first; dcons: D_i = sum_j P_ij dP_ij; lunq: the earlier contract, l sums the unquantized p and dS
-uses it).
+`fp8[-bf16grad][-firstkey][-block32][-fwdonly|-bwdonly][-dcons][-lunq]` (fwdonly: FP8 forward
+with the float64 backward; bwdonly: float forward with the FP8 backward; dcons: D_i =
+sum_j P_ij dP_ij; lunq: the contract before 2026-11-29 — l sums the unquantized p and dS uses
+it, and bf16grad takes D from the FP8 dO and dQ against the raw keys).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ MODEL = ModelConfig(d_model=128, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=6
                     ffn_hidden=256, max_positions=512)
 TRAIN = TrainConfig(seq_len=512, seqs_per_step=2, steps=300, warmup=30, eval_every=10**9)
 VARIANTS_FOR_ERRORS = ("fp8", "fp8-firstkey", "fp8-bf16grad", "fp8-bf16grad-firstkey",
-                       "fp8-bf16grad-ckeys", "fp8-block32")
+                       "fp8-block32")
 
 
 def parse_variant(name: str) -> dict:
@@ -68,8 +68,6 @@ def parse_variant(name: str) -> dict:
         kw["delta_consistent"] = True
     if "lunq" in rest:
         kw["quantized_denominator"] = False
-    if "ckeys" in rest:
-        kw["center_bf16_keys"] = True
     return kw
 
 
@@ -109,7 +107,7 @@ def cmd_verify(args):
         qq, kk, vv = (t.double().requires_grad_() for t in (q, k, v))
         ref_o = fe.attention_f64(qq, kk, vv, bounds)
         ref_g = torch.autograd.grad(ref_o, (qq, kk, vv), d_out.double())
-        for variant in ("fp8", "fp8-firstkey", "fp8-bf16grad", "fp8-bf16grad-ckeys"):
+        for variant in ("fp8", "fp8-firstkey", "fp8-bf16grad", "fp8-bf16grad-lunq"):
             qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
             o = fe.Fp8Attention.apply(qq, kk, vv, bounds, fe.Fp8Config(**parse_variant(variant)))
             g = torch.autograd.grad(o, (qq, kk, vv), d_out)

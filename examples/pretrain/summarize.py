@@ -14,6 +14,10 @@ scale.
 
 Timings: with --timing-dir, step_ms and attention_ms come from the runs there (same backends,
 run one after another on an otherwise idle GPU) when the loss runs shared the GPU.
+
+Replicates: `--replicate NAME=DIR` (repeatable) adds the same runs from DIR (another seed, or a
+repeat) under "replicates", with each flamia run's final losses relative to that directory's own
+baseline, and the mean of those ratios over the main runs and every replicate.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ REPO = HERE.parent.parent
 DEFAULT_RUNS = ("bf16", "flamia_exact", "flamia_block32")
 SMOOTH_WINDOW = 51  # steps in the centred moving average of the baseline
 FINAL_FRACTION = 0.05  # final_train_loss: mean over the last 5% of steps
+SPIKE_WARMUP_DEFAULT = 150  # train.py's spike_warmup, for replicates without metadata
 
 
 def read_csv(path):
@@ -67,7 +72,33 @@ def git_commit():
         return None
 
 
-def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None):
+def run_ratios(runs_dir, names, baseline):
+    """{name: {final losses, ratios to the baseline of the same directory}} for one replicate."""
+    runs_dir = pathlib.Path(runs_dir)
+    out = {}
+    for name in names:
+        path = runs_dir / f"{name}.csv"
+        if path.is_file():
+            steps, loss, held = read_csv(path)
+            tail = loss[-max(1, int(round(len(loss) * FINAL_FRACTION))):]
+            out[name] = {"final_train_loss": float(np.mean(tail)),
+                         "final_heldout_loss": held[-1][1] if held else None,
+                         "steps": int(len(steps)), "csv": rel(path), "loss": loss}
+    if baseline in out:
+        base = out[baseline]
+        for r in out.values():
+            r["train_vs_baseline"] = r["final_train_loss"] / base["final_train_loss"]
+            if r["final_heldout_loss"] and base["final_heldout_loss"]:
+                r["heldout_vs_baseline"] = r["final_heldout_loss"] / base["final_heldout_loss"]
+            n = min(len(r["loss"]), len(base["loss"]))
+            r["max_spike"] = float(np.max((smooth(r["loss"][:n]) / smooth(base["loss"][:n]))[
+                min(SPIKE_WARMUP_DEFAULT, max(0, n - 1)):]))
+    for r in out.values():
+        del r["loss"]
+    return out
+
+
+def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replicates=()):
     runs_dir = pathlib.Path(runs_dir)
     loaded = {}
     for name in names:
@@ -137,6 +168,21 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None):
                             f"unsmoothed loss / the baseline's smoothed loss",
         "runs": results,
     }
+    if replicates:
+        report["replicates"] = {label: run_ratios(path, names, baseline)
+                                for label, path in replicates}
+        means = {}
+        for name in names:
+            if name == baseline or name not in results:
+                continue
+            sets = [results] + [r for r in report["replicates"].values()]
+            for key in ("train_vs_baseline", "heldout_vs_baseline"):
+                values = [s[name][key] for s in sets if name in s and key in s[name]]
+                means.setdefault(name, {})[key] = {"mean": float(np.mean(values)),
+                                                   "min": float(np.min(values)),
+                                                   "max": float(np.max(values)),
+                                                   "n": len(values)}
+        report["ratio_over_replicates"] = means
     out_json = pathlib.Path(out_json)
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(report, indent=2) + "\n")
@@ -196,8 +242,12 @@ def main(argv=None):
     parser.add_argument("--out-json", default=str(REPO / "bench" / "results" / "pretrain.json"))
     parser.add_argument("--png", default=str(REPO / "bench" / "results" / "pretrain.png"))
     parser.add_argument("--timing-dir", help="take step_ms/attention_ms from the runs here")
+    parser.add_argument("--replicate", action="append", default=[], metavar="NAME=DIR",
+                        help="the same runs from another seed or a repeat")
     args = parser.parse_args(argv)
-    summarize(args.runs_dir, args.runs, args.baseline, args.out_json, args.png, args.timing_dir)
+    replicates = [tuple(r.split("=", 1)) for r in args.replicate]
+    summarize(args.runs_dir, args.runs, args.baseline, args.out_json, args.png, args.timing_dir,
+              replicates)
 
 
 if __name__ == "__main__":

@@ -452,10 +452,10 @@ class FlamiaBlockKernel:
         else:
             raise ValueError(f"key_smoothing={key_smoothing!r}: 'none', 'first_key' or a "
                              "(heads_kv, head_dim) float32 tensor")
-        # The FP8 backward computes dQ through K̂c = k - k_first(document) (numerics §5 step 7),
-        # exact only when a row's dS sums to zero, which a block's does not (see
-        # _center_correction). The BF16-gradient backward uses k itself.
-        self.centers_dq_keys = precision == "fp8"
+        # Both backward precisions compute dQ against k - k_first(document) (numerics §5 steps 7
+        # and 10: K̂c, or a BF16 copy), exact only when a row's dS sums to zero, which a block's
+        # does not (see _center_correction).
+        self.centers_dq_keys = True
 
     def forward(self, q, k, v, cu_q, cu_k, max_q, max_k, causal):
         return torch.ops.flamia.fwd(q, k, v, cu_q, cu_k, max_q, max_k, self.softmax_scale, causal,
@@ -476,7 +476,8 @@ class TorchBlockKernel:
     O = sum exp2(t - M + 8) v / l, LSE = ln l + (M - 8) ln 2 + softmax_scale * q.m (m: 0 or the
     call document's first key); causal documents must have equal lengths, as flamia's. Backward
     from the given {M, l} and O: P = exp2(t - M + 8) / l, D = dO.O, dS = P (dP - D),
-    dQ = scale * sum dS (k - k_first) when `centered_dq` (flamia's FP8 path) else scale * sum dS k,
+    dQ = scale * sum dS (k - k_first) when `centered_dq` (flamia's backward, both precisions)
+    else scale * sum dS k,
     dK = scale * sum dS q, dV = sum P dO. Arithmetic in float64; outputs in the input dtype and
     statistics in float64 for float64 inputs (FP32 otherwise), so float64 tests are exact to
     rounding."""

@@ -359,7 +359,7 @@ def test_torch_block_kernel_rejects_unequal_causal_documents():
 
 def test_flamia_block_kernel_options():
     assert cp.FlamiaBlockKernel(softmax_scale=0.1).centers_dq_keys
-    assert not cp.FlamiaBlockKernel(softmax_scale=0.1, precision="fp8-bf16grad").centers_dq_keys
+    assert cp.FlamiaBlockKernel(softmax_scale=0.1, precision="fp8-bf16grad").centers_dq_keys
     with pytest.raises(ValueError, match="scale_mode"):
         cp.FlamiaBlockKernel(softmax_scale=0.1, scale_mode="block16")
     with pytest.raises(ValueError, match="precision"):

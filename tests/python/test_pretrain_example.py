@@ -129,3 +129,26 @@ def test_training_steps_and_summary_on_cpu(tmp_path):
     # Same seed, same data, same (CPU) attention: identical losses, no spike.
     assert report["runs"]["sdpa"]["final_train_loss"] == report["runs"]["bf16"][
         "final_train_loss"]
+
+
+@pytest.mark.parametrize("scale_mode", ["exact", "block32"])
+@pytest.mark.parametrize("key_smoothing", ["none", "first_key"])
+def test_fp8_emulation_forward_is_the_contract(scale_mode, key_smoothing):
+    """The study's emulation (fp8_emulation.py) computes the forward of docs/numerics.md bit for
+    bit as the tests' contract reference does, so what it says about training is about the
+    contract."""
+    from attention_reference import contract_forward
+
+    import fp8_emulation as fe
+
+    gen = torch.Generator().manual_seed(3)
+    lens = [17, 113, 1, 70]
+    total, heads_q, heads_kv, dim = sum(lens), 4, 2, 64
+    q, k, v = (torch.randn(total, h, dim, generator=gen).bfloat16()
+               for h in (heads_q, heads_kv, heads_kv))
+    cu = torch.tensor([0, *np.cumsum(lens)], dtype=torch.int32)
+    scale = 1.0 / math.sqrt(dim)
+    attend = fe.make_attention(scale_mode=scale_mode, key_smoothing=key_smoothing)
+    out = attend(q.float(), k.float(), v.float(), cu, max(lens))
+    want, _ = contract_forward(q, k, v, cu, cu, scale, True, scale_mode, key_smoothing)
+    assert torch.equal(out, want.bfloat16().float())
