@@ -135,6 +135,9 @@ def main():
                 results["workloads"] = data.get("workloads", {})
             else:
                 results[part] = data
+    measured = out / "measured.txt"  # the GPU tests' printed errors, one line per shape
+    if measured.exists():
+        results["measured_per_shape"] = measured.read_text().strip().splitlines()
     sass = out / "sass.txt"
     if sass.exists():
         results["sass"] = sass.read_text().strip().splitlines()[:40]
