@@ -652,6 +652,52 @@ TEST_P(QuantizeKernelTest, BackwardMatchesReference) {
   }
 }
 
+// fp8-bf16grad's extras (numerics §5 step 10): D from the BF16 dO (quantize pass option) and the
+// BF16 copy of k - k_first(doc) that its dQ reads (launch_center_keys_bf16), bit for bit.
+TEST_P(QuantizeKernelTest, Bf16GradExtrasMatchReference) {
+  const QuantizeCase& c = GetParam();
+  CaseData data(c);
+  const ref::Problem& p = data.problem;
+  const int tq = p.total_q(), tk = p.total_k(), dim = c.head_dim;
+  const DeviceInputs in(data, c.layout);
+
+  DeviceCopy d_o_scaled_t(token_major_bytes(tq, c.heads_q, dim), c.heads_q, tq);
+  DeviceBuffer<float> delta = poisoned_floats(size_t(c.heads_q) * tq);
+  QuantizeBackwardArgs args = in.backward_args(data, c.mode);
+  args.out.d_o_scaled_t = d_o_scaled_t.copy();
+  args.out.delta = delta.get();
+  args.delta_from_bf16_d_o = true;
+  FLAMIA_CUDA_OK(launch_quantize_backward(args, nullptr));
+
+  DeviceBuffer<uint16_t> centered(size_t(tk) * c.heads_kv * dim);
+  FLAMIA_CUDA_OK(poison_device(centered.get(), centered.size() * sizeof(uint16_t)));
+  FLAMIA_CUDA_OK(launch_center_keys_bf16(data.shape, in.k.view, centered.get(), nullptr, nullptr));
+  FLAMIA_CUDA_OK(cudaDeviceSynchronize());
+
+  const ref::ForwardOperandsRef fwd = ref::quantize_forward_operands(p, data.inputs);
+  const ref::BackwardOperandsRef want =
+      ref::quantize_backward_operands(p, data.inputs, fwd, data.o, data.stats);
+  std::vector<double> bound(size_t(c.heads_q) * tq, 0.0);  // sum_d |dO_id O_id|
+  for (int t = 0; t < tq; ++t)
+    for (int h = 0; h < c.heads_q; ++h)
+      for (int d = 0; d < dim; ++d)
+        bound[size_t(h) * tq + t] +=
+            std::fabs(double(data.inputs.d_o.at(t, h, d)) * double(data.o.at(t, h, d)));
+  expect_sums_close("delta (BF16 dO)", delta.download(), want.delta_bf16, bound, kDotTolerance);
+
+  const std::vector<uint16_t> got = centered.download();
+  size_t bad = 0;
+  for (int b = 0; b < p.batch(); ++b)
+    for (int t = p.cu_seqlens_k[b]; t < p.cu_seqlens_k[b + 1]; ++t)
+      for (int g = 0; g < c.heads_kv; ++g)
+        for (int d = 0; d < dim; ++d) {
+          const uint16_t expected = ref::float_to_bf16(data.inputs.k.at(t, g, d) -
+                                                       data.inputs.k.at(p.cu_seqlens_k[b], g, d));
+          bad += got[(size_t(t) * c.heads_kv + g) * dim + d] != expected;
+        }
+  EXPECT_EQ(bad, 0u) << "BF16 k - k_first: " << bad << " of " << got.size() << " differ";
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, QuantizeKernelTest, ::testing::ValuesIn(quantize_cases()),
                          case_name);
 
