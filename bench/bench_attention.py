@@ -11,6 +11,7 @@ CPU reference of the contract comes from `flamia accuracy` on two query heads.
 
     FLAMIA_LIBRARY=build/libflamia.so PYTHONPATH=python python3 bench/bench_attention.py \
         --json OUT.json [--workloads equal-2k,uniform] [--no-accuracy]
+        [--workloads-file bench/workloads_extra.json]
 """
 from __future__ import annotations
 
@@ -191,10 +192,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", required=True)
     ap.add_argument("--workloads", default="")
+    ap.add_argument("--workloads-file", default=str(ROOT / "bench/workloads.json"))
     ap.add_argument("--no-accuracy", action="store_true")
     ap.add_argument("--scale-mode", default="exact")
     opts = ap.parse_args()
-    workloads = json.loads((ROOT / "bench/workloads.json").read_text())["workloads"]
+    workloads = json.loads(Path(opts.workloads_file).read_text())["workloads"]
     anchors = json.loads((ROOT / "bench/anchors.json").read_text())["workloads"]
     chosen = [n for n in workloads if not opts.workloads or n in opts.workloads.split(",")]
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,

@@ -4,6 +4,7 @@ the backward kernel (fp8, fp8-bf16grad, deterministic) on operands already quant
 quantization and host overhead are left out. Writes one JSON.
 
     python3 bench/run_kernels.py --json OUT/kernels.json [--build build] [--workloads a,b]
+        [--workloads-file bench/workloads_extra.json]
 """
 from __future__ import annotations
 
@@ -32,9 +33,10 @@ def main() -> None:
     ap.add_argument("--json", required=True)
     ap.add_argument("--build", default=str(ROOT / "build"))
     ap.add_argument("--workloads", default="")
+    ap.add_argument("--workloads-file", default=str(ROOT / "bench/workloads.json"))
     opts = ap.parse_args()
     build = Path(opts.build)
-    workloads = json.loads((ROOT / "bench/workloads.json").read_text())["workloads"]
+    workloads = json.loads(Path(opts.workloads_file).read_text())["workloads"]
     chosen = [n for n in workloads if not opts.workloads or n in opts.workloads.split(",")]
     results = {"command": "python3 bench/run_kernels.py", "workloads": {}}
     for name in chosen:

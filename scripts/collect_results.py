@@ -61,6 +61,31 @@ def backward_options_table(work: dict) -> list[str]:
             "bf16grad dQ/dK/dV err |", "|---|---|---|---|---|---|", *rows]
 
 
+def workload_table(work: dict) -> list[str]:
+    """End-to-end times, speedups, errors and the baselines of bench_attention.py's workloads."""
+    lines = ["", "Times in ms (TFLOP/s with workloads.json's causal convention); speedup = best "
+                 "BF16 (own run or FlashAttention-3 anchor) / flamia. flamia includes quantization.",
+             "", "| workload | flamia fwd | best BF16 fwd | x | flamia fwd+bwd | best BF16 fwd+bwd | x | "
+                 "O err vs ref | dQ/dK/dV err vs ref |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in work.items():
+        def fmt(key):
+            v = r.get(key)
+            return f"{v:.2g}" if isinstance(v, (int, float)) else "-"
+        lines.append(
+            f"| {name} | {r['flamia_fwd_ms']:.3f} ({r['flamia_fwd_tflops']:.0f}) | "
+            f"{r['best_bf16_fwd_ms']:.3f} {r['best_bf16_fwd_name']} | {r['speedup_fwd']:.2f} | "
+            f"{r['flamia_fwdbwd_ms']:.3f} ({r['flamia_fwdbwd_tflops']:.0f}) | "
+            f"{r['best_bf16_fwdbwd_ms']:.3f} {r['best_bf16_fwdbwd_name']} | "
+            f"{r['speedup_fwdbwd']:.2f} | {fmt('o_rel_l2_vs_ref')} | "
+            f"{fmt('dq_rel_l2_vs_ref')}/{fmt('dk_rel_l2_vs_ref')}/{fmt('dv_rel_l2_vs_ref')} |")
+    lines += ["", "Baselines measured in the same process:", ""]
+    for name, r in work.items():
+        parts = [f"{b} {v['fwd_ms']:.3f}/{v['fwdbwd_ms']:.3f}" for b, v in r["baselines"].items()]
+        lines.append(f"- {name}: " + "; ".join(parts) + " (fwd/fwd+bwd ms)")
+    return lines
+
+
 def markdown(results: dict) -> str:
     lines = [f"# flamia on {results.get('device', 'H200')}", "",
              f"Commit `{results.get('commit', '?')}`; command: `{results.get('command', '')}`.", ""]
@@ -74,26 +99,7 @@ def markdown(results: dict) -> str:
                       f"device-to-device copy rate ({qz.get('copy_tb_s', 0):.2f} TB/s) in the same run."]
     work = results.get("workloads", {})
     if work:
-        lines += ["", "Times in ms (TFLOP/s with workloads.json's causal convention); speedup = best "
-                      "BF16 (own run or FlashAttention-3 anchor) / flamia. flamia includes quantization.",
-                  "", "| workload | flamia fwd | best BF16 fwd | x | flamia fwd+bwd | best BF16 fwd+bwd | x | "
-                      "O err vs ref | dQ/dK/dV err vs ref |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for name, r in work.items():
-            def fmt(key):
-                v = r.get(key)
-                return f"{v:.2g}" if isinstance(v, (int, float)) else "-"
-            lines.append(
-                f"| {name} | {r['flamia_fwd_ms']:.3f} ({r['flamia_fwd_tflops']:.0f}) | "
-                f"{r['best_bf16_fwd_ms']:.3f} {r['best_bf16_fwd_name']} | {r['speedup_fwd']:.2f} | "
-                f"{r['flamia_fwdbwd_ms']:.3f} ({r['flamia_fwdbwd_tflops']:.0f}) | "
-                f"{r['best_bf16_fwdbwd_ms']:.3f} {r['best_bf16_fwdbwd_name']} | "
-                f"{r['speedup_fwdbwd']:.2f} | {fmt('o_rel_l2_vs_ref')} | "
-                f"{fmt('dq_rel_l2_vs_ref')}/{fmt('dk_rel_l2_vs_ref')}/{fmt('dv_rel_l2_vs_ref')} |")
-        lines += ["", "Baselines measured in the same process:", ""]
-        for name, r in work.items():
-            parts = [f"{b} {v['fwd_ms']:.3f}/{v['fwdbwd_ms']:.3f}" for b, v in r["baselines"].items()]
-            lines.append(f"- {name}: " + "; ".join(parts) + " (fwd/fwd+bwd ms)")
+        lines += workload_table(work)
         lines += backward_options_table(work)
     kernels = results.get("kernels", {}).get("workloads", {})
     if kernels:
@@ -107,6 +113,10 @@ def markdown(results: dict) -> str:
             b = r["backward"]
             lines.append(f"| {name} | {cell(r['forward'])} | {cell(b['fp8'])} | "
                          f"{cell(b['fp8-bf16grad'])} | {cell(b['deterministic'])} |")
+    extra = results.get("attention_extra", {}).get("workloads", {})
+    if extra:
+        lines += ["", "## Workloads beyond the public ones (bench/workloads_extra.json)"]
+        lines += workload_table(extra)
     return "\n".join(lines) + "\n"
 
 
@@ -125,6 +135,10 @@ def main():
         print("tests:", counts)
         return
     results = {"commit": a.commit, "command": a.command}
+    for part in ("attention_extra", "kernels_extra"):  # bench/workloads_extra.json
+        f = out / f"{part}.json"
+        if f.exists():
+            results[part] = json.loads(f.read_text())
     for part in ("tests", "quantize", "attention", "kernels"):
         f = out / f"{part}.json"
         if f.exists():
