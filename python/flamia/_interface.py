@@ -38,7 +38,10 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
 
     Returns out (total_q, heads_q, head_dim) BF16, or (out, lse) with return_lse=True, lse FP32
     (heads_q, total_q) in natural log, -inf for rows with no visible key. Like FlashAttention's,
-    the returned lse carries no gradient.
+    the returned lse carries no gradient. It is the log-normalizer of the FP8 probabilities out
+    was built from (docs/numerics.md §4: l sums the quantized P̂), so out and lse merge exactly
+    (e.g. across context-parallel blocks); against exact softmax attention it carries P̂'s
+    rounding: up to ln(1 + 1/8) on rows that see a single key, far less on rows that see many.
     """
     causal = _checks.check_flash_attention_neutral(
         dropout_p=dropout_p, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
