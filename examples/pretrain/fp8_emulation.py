@@ -81,24 +81,24 @@ def scale_exponent(amax: torch.Tensor) -> torch.Tensor:
 # ---- blocks and quantization (§2, §3) ---------------------------------------------------------
 
 
-def operand_block_ids(start: int, length: int, scale_mode: str) -> torch.Tensor:
+def operand_block_ids(start: int, length: int, scale_mode: str, device=None) -> torch.Tensor:
     """Block index of each token of a document for the operand copies: one token per block
     (`exact`) or document-local blocks of 32."""
-    idx = torch.arange(length)
+    idx = torch.arange(length, device=device)
     return idx if scale_mode == "exact" else idx // BLOCK32
 
 
-def tile_block_ids(start: int, length: int, size: int) -> torch.Tensor:
+def tile_block_ids(start: int, length: int, size: int, device=None) -> torch.Tensor:
     """Tile-aligned blocks: start at floor16(doc_start) + n * size, intersected with the doc."""
     base = start - start % TILE_ALIGN
-    return (torch.arange(start, start + length) - base) // size
+    return (torch.arange(start, start + length, device=device) - base) // size
 
 
 def block_amax(x: torch.Tensor, ids: torch.Tensor, dim: int) -> torch.Tensor:
     """Max of |x| over blocks of `ids` along `dim`, broadcast back to every element's block."""
     n = int(ids.max()) + 1 if ids.numel() else 0
     a = x.abs().movedim(dim, -1)
-    out = torch.zeros(a.shape[:-1] + (n,), dtype=a.dtype)
+    out = torch.zeros(a.shape[:-1] + (n,), dtype=a.dtype, device=a.device)
     out = out.scatter_reduce(-1, ids.expand(a.shape), a, reduce="amax", include_self=True)
     return out.gather(-1, ids.expand(a.shape)).movedim(-1, dim)
 
@@ -114,9 +114,9 @@ def quantize_tokens(x: torch.Tensor, ids: torch.Tensor):
 # ---- the attention -----------------------------------------------------------------------------
 
 
-def _causal(lq: int, lk: int) -> torch.Tensor:
-    i = torch.arange(lq).unsqueeze(1)
-    j = torch.arange(lk).unsqueeze(0)
+def _causal(lq: int, lk: int, device=None) -> torch.Tensor:
+    i = torch.arange(lq, device=device).unsqueeze(1)
+    j = torch.arange(lk, device=device).unsqueeze(0)
     return j <= i + (lk - lq)
 
 
@@ -125,7 +125,7 @@ class _DocOperands:
 
     def __init__(self, q, k, v, start, cfg: Fp8Config):
         length = q.shape[0]
-        ids = operand_block_ids(start, length, cfg.scale_mode)
+        ids = operand_block_ids(start, length, cfg.scale_mode, q.device)
         self.ids = ids
         m = k[:1].expand_as(k) if cfg.key_smoothing == "first_key" else torch.zeros_like(k)
         self.m = m
@@ -142,7 +142,7 @@ def _forward_doc(ops: _DocOperands, h: int, g: int, c: float, quantized_l: bool 
     col = torch.exp2(ops.ek[:, g]).unsqueeze(0)
     t = ((s * col).double() * row.double() + ops.ev[:, g].double().unsqueeze(0)).float()
     lq, lk = t.shape
-    t = t.masked_fill(~_causal(lq, lk), -math.inf)
+    t = t.masked_fill(~_causal(lq, lk, t.device), -math.inf)
     m = torch.ceil(t.amax(dim=1, keepdim=True))
     p = torch.exp2(t - m + P_OFFSET)
     p_hat = e4m3(p)
@@ -159,7 +159,7 @@ def _f64_attention_doc(q, k, v, scale):
     kd = k.double().repeat_interleave(group, 1).transpose(0, 1)
     vd = v.double().repeat_interleave(group, 1).transpose(0, 1)
     s = scale * qd @ kd.transpose(1, 2)
-    s = s.masked_fill(~_causal(q.shape[0], k.shape[0]), -math.inf)
+    s = s.masked_fill(~_causal(q.shape[0], k.shape[0], s.device), -math.inf)
     return torch.softmax(s, dim=-1) @ vd  # (Hq, L, D)
 
 
@@ -168,18 +168,18 @@ def _backward_doc(q, k, v, o, do, ops: _DocOperands, stats, start, cfg: Fp8Confi
     lq, heads_q, dim = q.shape
     heads_kv = k.shape[1]
     group = heads_q // heads_kv
-    dq = torch.zeros(lq, heads_q, dim)
-    dk = torch.zeros(lq, heads_kv, dim, dtype=torch.float64)
-    dv = torch.zeros(lq, heads_kv, dim, dtype=torch.float64)
+    dq = torch.zeros(lq, heads_q, dim, device=q.device)
+    dk = torch.zeros(lq, heads_kv, dim, dtype=torch.float64, device=q.device)
+    dv = torch.zeros(lq, heads_kv, dim, dtype=torch.float64, device=q.device)
     d_o, edo = quantize_tokens(do, ops.ids)
     delta = (d_o.double() * o.double()).sum(2).float() * torch.exp2(edo)  # (L, Hq)
     if cfg.delta_from_bf16 and cfg.precision != "fp8":  # fp8-bf16grad's dP uses the BF16 dO
         delta = (do.double() * o.double()).sum(2).float()
     c = float(torch.tensor(scale, dtype=torch.float32) * math.log2(math.e))
-    qblk64 = tile_block_ids(start, lq, DO_SCALED_QUERY_BLOCK)
-    kblk128 = tile_block_ids(start, lq, DQ_KEY_BLOCK)
-    qblk_dk = tile_block_ids(start, lq, DK_QUERY_BLOCK)
-    mask = _causal(lq, lq)
+    qblk64 = tile_block_ids(start, lq, DO_SCALED_QUERY_BLOCK, q.device)
+    kblk128 = tile_block_ids(start, lq, DQ_KEY_BLOCK, q.device)
+    qblk_dk = tile_block_ids(start, lq, DK_QUERY_BLOCK, q.device)
+    mask = _causal(lq, lq, q.device)
     for h in range(heads_q):
         g = h // group
         if cfg.exact_forward:  # recompute P̂ exactly as the FP8 forward would have

@@ -8,6 +8,11 @@ CPU study with the emulation of fp8_emulation.py (docs/results.md, "Divergence i
         --out /tmp/div/sdpa
     # 3. gradient errors of every variant against float64 on one batch of the trained model
     python3 examples/pretrain/investigate_divergence.py errors --checkpoint /tmp/div/sdpa.pt
+    # the same on the 63M model (GPU): train.py --save-checkpoint, then
+    python3 examples/pretrain/train.py --attention bf16 --seqs-per-step 1 --out-dir /tmp/r \
+        --save-checkpoint /tmp/r/bf16.pt
+    python3 examples/pretrain/investigate_divergence.py errors --checkpoint /tmp/r/bf16.pt \
+        --device cuda --seqs 1 --variants fp8 fp8-block32 fp8-bf16grad fp8-firstkey
 
 Attention variants: sdpa (float), and fp8 variants named
 `fp8[-bf16grad][-firstkey][-block32][-fwdonly|-bwdonly][-dcons][-lunq]` (fwdonly: FP8 forward
@@ -71,10 +76,10 @@ def parse_variant(name: str) -> dict:
     return kw
 
 
-def make_attend(name: str):
+def make_attend(name: str, device=torch.device("cpu")):
     """(attend, state) for model.py; state holds the document bounds of sdpa."""
     if name == "sdpa":
-        attend, _ = attention_backends.make_backend("sdpa", torch.device("cpu"))
+        attend, _ = attention_backends.make_backend("sdpa", device)
         return attend, attend.state
     return fe.make_attention(**parse_variant(name)), None
 
@@ -147,7 +152,7 @@ def attention_stats(rec, scale) -> dict:
             continue
         kd = k[s:e].repeat_interleave(group, 1).transpose(0, 1)
         logits = scale * q[s:e].transpose(0, 1) @ kd.transpose(1, 2)
-        mask = fe._causal(e - s, e - s)
+        mask = fe._causal(e - s, e - s, logits.device)
         logits = logits.masked_fill(~mask, -math.inf)
         p = torch.softmax(logits, -1)
         first_mass.append(float(p[:, 32:, 0].mean()))  # attention to BOS, rows past 32
@@ -241,14 +246,20 @@ def invariant_error(dk_err, dk_ref, bounds) -> float:
 def cmd_errors(args):
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
-    ckpt = torch.load(args.checkpoint)
-    model = Decoder(dataclasses.replace(MODEL))
+    device = torch.device(args.device)
+    ckpt = torch.load(args.checkpoint, map_location=device)
+    # train.py --save-checkpoint stores its configs (the h200 model); the study's own train
+    # command stores none (the cpu-tiny model).
+    model_cfg = ModelConfig(**ckpt["model_config"]) if "model_config" in ckpt else MODEL
+    seq_len = ckpt.get("train_config", {}).get("seq_len", TRAIN.seq_len)
+    seqs = args.seqs or ckpt.get("train_config", {}).get("seqs_per_step", TRAIN.seqs_per_step)
+    model = Decoder(model_cfg).to(device)
     model.load_state_dict(ckpt["model"])
     train_corpus, _, _ = data.load(HERE / "data" / "corpus.npz")
-    stream = data.PackedStream(train_corpus, TRAIN.seq_len, args.batch_seed)
-    batch = to_device(stream.next_batch(TRAIN.seqs_per_step), torch.device("cpu"))
+    stream = data.PackedStream(train_corpus, seq_len, args.batch_seed)
+    batch = to_device(stream.next_batch(seqs), device)
     tokens, targets, positions, cu_seqlens, max_seqlen = batch
-    attend, state = make_attend("sdpa")
+    attend, state = make_attend("sdpa", device)
     cu = cu_seqlens.tolist()
     bounds = list(zip(cu[:-1], cu[1:]))
     state["bounds"] = bounds
@@ -256,7 +267,7 @@ def cmd_errors(args):
     logits = model(tokens, positions, cu_seqlens, max_seqlen, cap)
     torch.nn.functional.cross_entropy(logits.float(), targets, ignore_index=data.IGNORE).backward()
     print(f"checkpoint {args.checkpoint} (step {ckpt['step']}), documents {[e - s for s, e in bounds]}")
-    scale = 1.0 / math.sqrt(MODEL.head_dim)
+    scale = 1.0 / math.sqrt(model_cfg.head_dim)
     results = []
     for layer, rec in enumerate(cap.records):
         st = attention_stats(rec, scale)
@@ -281,7 +292,7 @@ def cmd_errors(args):
                 e_dk, ref_g[1].flatten(), dim=0))
             err["dK_invariant"] = invariant_error(g[1].double() - ref_g[1], ref_g[1], bounds)
             # BOS rows only: dK of the sink keys
-            bos = torch.tensor([s for s, _ in bounds])
+            bos = torch.tensor([s for s, _ in bounds], device=device)
             err["dK_bos"] = rel_l2(g[1][bos], ref_g[1][bos])
             print(f"  {variant:22s} " + " ".join(f"{n} {x:.4f}" for n, x in err.items()))
             results.append({"layer": layer, "variant": variant, **err, **st})
@@ -313,6 +324,8 @@ def main(argv=None):
     e.add_argument("--do-scale", type=float, default=1.0)
     e.add_argument("--q-scale", type=float, default=1.0, help="multiply q (logit scale)")
     e.add_argument("--threads", type=int, default=2)
+    e.add_argument("--device", default="cpu", help="cpu, or cuda for the h200 model")
+    e.add_argument("--seqs", type=int, help="sequences in the batch (default: the checkpoint's)")
     e.add_argument("--json")
     args = parser.parse_args(argv)
     {"verify": cmd_verify, "train": cmd_train, "errors": cmd_errors}[args.cmd](args)

@@ -189,6 +189,9 @@ def parse_args(argv=None):
     parser.add_argument("--max-minutes", type=float,
                         help="stop early (writing the summary) after this much training time")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--save-checkpoint", metavar="PATH",
+                        help="save the final weights and both configs (for "
+                             "investigate_divergence.py errors)")
     return parser.parse_args(argv)
 
 
@@ -311,6 +314,10 @@ def main(argv=None):
         "attention_bench_ms": bench_attention(attend, attend_state, batch, model_cfg, device),
     })
     json_path.write_text(json.dumps(summary, indent=2) + "\n")
+    if args.save_checkpoint:
+        torch.save({"model": model.state_dict(), "step": len(rows) - 1,
+                    "model_config": dataclasses.asdict(model_cfg),
+                    "train_config": dataclasses.asdict(train_cfg)}, args.save_checkpoint)
     print(json.dumps({k: summary[k] for k in ("steps", "final_train_loss", "final_heldout_loss",
                                               "step_ms", "attention_ms",
                                               "attention_bench_ms")}), flush=True)
