@@ -14,7 +14,8 @@ import subprocess
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BACKWARD_VARIANTS = {"fp8": [], "fp8-bf16grad": ["--bf16grad"], "deterministic": ["--deterministic"]}
+BACKWARD_VARIANTS = {"fp8": [], "fp8-bf16grad": ["--bf16grad"],
+                     "deterministic": ["--deterministic"]}
 
 
 def run(binary: Path, workload: dict, extra: list[str]) -> dict:

@@ -3,10 +3,11 @@ torch.autograd.Function, to study the contract's numerics in training without a 
 
 It follows the C++ reference (reference/forward_ref.cpp, backward_ref.cpp, operands_ref.cpp):
 per-token (or document-local 32-token) power-of-two scales, E4M3 operands, integer row maximum M,
-P̂ = q8(exp2(t - M + 8)), l = sum_j P̂_ij 2^-ev_j, O = P̂ V̂ / l (BF16); backward with D from the
-quantized dO, dV through P̂ and dO/l (64-query tile-aligned blocks), dS = P (dP - D) with
-P = P̂ 2^-ev / l, dQ through K̂c = q8(k - k_first) with G per (query row, 128-key block), dK through Q̂ with H per
-(key row, 64-query block); `fp8-bf16grad` uses the BF16 inputs for dP, dQ, dK and a BF16 dS.
+P̂ = q8(exp2(t - M + 8)), l = sum_j P̂_ij 2^-ev_j, O = P̂ V̂ / l (BF16); backward with D
+from the quantized dO, dV through P̂ and dO/l (64-query tile-aligned blocks), dS = P (dP - D)
+with P = P̂ 2^-ev / l, dQ through K̂c = q8(k - k_first) with G per (query row, 128-key block),
+dK through Q̂ with H per (key row, 64-query block); `fp8-bf16grad` uses the BF16 inputs for dP,
+dQ (against BF16 k - k_first), dK and a BF16 dS, with D from the BF16 dO.
 Matrix products of E4M3 codes run in float64 (exact, as the reference's); scalar steps in FP32.
 
 Ablation switches (not part of the contract) isolate which approximation matters:
@@ -147,7 +148,8 @@ def _forward_doc(ops: _DocOperands, h: int, g: int, c: float, quantized_l: bool 
     p = torch.exp2(t - m + P_OFFSET)
     p_hat = e4m3(p)
     summed = p_hat if quantized_l else p
-    l = (summed.double() * torch.exp2(-ops.ev[:, g].double()).unsqueeze(0)).sum(1, keepdim=True).float()
+    inv_value_scale = torch.exp2(-ops.ev[:, g].double()).unsqueeze(0)
+    l = (summed.double() * inv_value_scale).sum(1, keepdim=True).float()
     o = (p_hat.double() @ ops.v[:, g].double()).float() / l
     return o, m, l, p, p_hat
 

@@ -4,8 +4,8 @@
   bottom-right causal, fully masked rows give O = 0 and LSE = -inf); differentiable.
 - `contract_forward`: the forward of docs/numerics.md §1-§4 (E4M3 operands with power-of-two
   scales per token or per document-local 32-token block, integer row maximum M, quantized P̂,
-  l summed over the same P̂), as the C++ reference computes it. The kernels must match it to within the
-  tolerances of §7, far tighter than their distance from float64.
+  l summed over the same P̂), as the C++ reference computes it. The kernels must match it to
+  within the tolerances of §7, far tighter than their distance from float64.
 """
 
 from __future__ import annotations
