@@ -72,29 +72,49 @@ def git_commit():
         return None
 
 
+def final_loss(loss):
+    """final_train_loss: the mean over the last FINAL_FRACTION of the steps."""
+    return float(np.mean(loss[-max(1, int(round(len(loss) * FINAL_FRACTION))):]))
+
+
+def spike_ratio(loss, base_loss):
+    """The run's smoothed loss over the baseline's, step by step (the common length)."""
+    n = min(len(loss), len(base_loss))
+    return smooth(loss[:n]) / smooth(base_loss[:n])
+
+
+def spike_warmup(meta):
+    return int(meta.get("train", {}).get("spike_warmup", SPIKE_WARMUP_DEFAULT))
+
+
+def add_baseline_ratios(results, baseline):
+    """train_vs_baseline and heldout_vs_baseline for every run of `results`."""
+    base = results[baseline]
+    for r in results.values():
+        r["train_vs_baseline"] = r["final_train_loss"] / base["final_train_loss"]
+        if r["final_heldout_loss"] is not None and base["final_heldout_loss"]:
+            r["heldout_vs_baseline"] = r["final_heldout_loss"] / base["final_heldout_loss"]
+
+
 def run_ratios(runs_dir, names, baseline):
     """{name: {final losses, ratios to the baseline of the same directory}} for one replicate."""
     runs_dir = pathlib.Path(runs_dir)
-    out = {}
+    out, losses = {}, {}
     for name in names:
         path = runs_dir / f"{name}.csv"
         if path.is_file():
             steps, loss, held = read_csv(path)
-            tail = loss[-max(1, int(round(len(loss) * FINAL_FRACTION))):]
-            out[name] = {"final_train_loss": float(np.mean(tail)),
+            losses[name] = loss
+            out[name] = {"final_train_loss": final_loss(loss),
                          "final_heldout_loss": held[-1][1] if held else None,
-                         "steps": int(len(steps)), "csv": rel(path), "loss": loss}
+                         "steps": int(len(steps)), "csv": rel(path)}
     if baseline in out:
-        base = out[baseline]
-        for r in out.values():
-            r["train_vs_baseline"] = r["final_train_loss"] / base["final_train_loss"]
-            if r["final_heldout_loss"] and base["final_heldout_loss"]:
-                r["heldout_vs_baseline"] = r["final_heldout_loss"] / base["final_heldout_loss"]
-            n = min(len(r["loss"]), len(base["loss"]))
-            r["max_spike"] = float(np.max((smooth(r["loss"][:n]) / smooth(base["loss"][:n]))[
-                min(SPIKE_WARMUP_DEFAULT, max(0, n - 1)):]))
-    for r in out.values():
-        del r["loss"]
+        meta_path = runs_dir / f"{baseline}.json"
+        warmup = spike_warmup(json.loads(meta_path.read_text()) if meta_path.is_file() else {})
+        add_baseline_ratios(out, baseline)
+        for name, r in out.items():
+            ratio = spike_ratio(losses[name], losses[baseline])
+            r["max_spike"] = float(np.max(ratio[min(warmup, max(0, len(ratio) - 1)):]))
     return out
 
 
@@ -112,22 +132,21 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replica
         raise SystemExit(f"the baseline run {baseline!r} is missing in {runs_dir}")
     (base_steps, base_loss, _), base_meta, _ = loaded[baseline]
     base_smooth = smooth(base_loss)
-    warmup = int(base_meta.get("train", {}).get("spike_warmup", 100))
+    warmup = spike_warmup(base_meta)
 
     results = {}
     for name, ((steps, loss, held), meta, csv_path) in loaded.items():
         n = min(len(steps), len(base_steps))
         after = slice(min(warmup, max(0, n - 1)), n)
-        ratio = smooth(loss[:n]) / base_smooth[:n]
+        ratio = spike_ratio(loss, base_loss)
         step_ratio = loss[:n] / base_smooth[:n]
-        tail = loss[-max(1, int(round(len(loss) * FINAL_FRACTION))):]
         spike_at = int(steps[after][np.argmax(ratio[after])]) if n else None
         timing, timing_source = meta, "this run"
         timing_json = pathlib.Path(timing_dir) / f"{name}.json" if timing_dir else None
         if timing_json is not None and timing_json.is_file():
             timing, timing_source = json.loads(timing_json.read_text()), rel(timing_json)
         results[name] = {
-            "final_train_loss": float(np.mean(tail)),
+            "final_train_loss": final_loss(loss),
             "final_heldout_loss": held[-1][1] if held else None,
             "heldout": [{"step": s, "loss": v} for s, v in held],
             "max_spike": float(np.max(ratio[after])) if n else None,
@@ -143,11 +162,7 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replica
             "csv": rel(csv_path),
             "png": rel(png),
         }
-    base_result = results[baseline]
-    for name, r in results.items():
-        if r["final_heldout_loss"] is not None and base_result["final_heldout_loss"]:
-            r["heldout_vs_baseline"] = r["final_heldout_loss"] / base_result["final_heldout_loss"]
-        r["train_vs_baseline"] = r["final_train_loss"] / base_result["final_train_loss"]
+    add_baseline_ratios(results, baseline)
 
     plot(loaded, baseline, base_smooth, png)
     report = {
