@@ -76,6 +76,9 @@ struct InputOptions {
   // direction u that every query of the group also carries (logit ~ kSinkLogit above the rest),
   // and its value is small.
   bool sink_token = false;
+  // Values of token t scale by 2^u_t, u_t uniform in [-value_spread, value_spread] (integers):
+  // value exponents far apart inside one key tile (the forward's FP32 row-sum fallback).
+  int value_spread = 0;
 };
 Inputs make_inputs(const Problem& problem, const InputOptions& options = {});
 

@@ -7,6 +7,8 @@ shapes below is the only place to add one. Run: python3 scripts/gen_wgmma.py
 import pathlib
 
 FP8_N = (32, 64, 128, 160, 192, 256)
+# Register-A FP8 shapes only: P̂·[V̂ | row-sum rows] of the forward (head dim + 8 columns).
+FP8_RS_ONLY_N = (72, 136)
 BF16_N = (32, 64, 128)
 OUT = pathlib.Path(__file__).resolve().parent.parent / "src/kernels/hopper/wgmma_ops.cuh"
 
@@ -87,6 +89,8 @@ def main():
     ]
     for n in FP8_N:
         parts += [fp8_ss(n), fp8_rs(n)]
+    for n in FP8_RS_ONLY_N:
+        parts.append(fp8_rs(n))
     for n in BF16_N:
         parts += [bf16_ss(n), bf16_rs(n)]
     parts.append("\n}  // namespace flamia::hopper\n// clang-format on\n")

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "common/fp8_numerics.h"
+#include "kernels/forward/forward_config.h"
 
 namespace flamia {
 namespace {
@@ -132,6 +133,17 @@ TEST(E4M3, NanStaysNan) {
   EXPECT_EQ(e4m3_encode(-std::numeric_limits<float>::quiet_NaN()), kSignBit | kE4M3NanCode);
   EXPECT_TRUE(std::isnan(e4m3_decode(kE4M3NanCode)));
   EXPECT_TRUE(std::isnan(e4m3_decode(kSignBit | kE4M3NanCode)));
+}
+
+// The forward's row-sum rows hold 2^x for x in the window; one step beyond either end E4M3
+// cannot hold exactly (those keys take the FP32 fallback).
+TEST(E4M3, RowSumWindowIsExactlyThePowersOfTwoE4M3Holds) {
+  for (int x = forward::kRowSumMinExponent; x <= forward::kRowSumMaxExponent; ++x)
+    EXPECT_EQ(e4m3_decode(e4m3_encode(std::ldexp(1.0f, x))), std::ldexp(1.0f, x)) << x;
+  const float below = std::ldexp(1.0f, forward::kRowSumMinExponent - 1);
+  const float above = std::ldexp(1.0f, forward::kRowSumMaxExponent + 1);
+  EXPECT_NE(e4m3_decode(e4m3_encode(below)), below);
+  EXPECT_NE(e4m3_decode(e4m3_encode(above)), above);
 }
 
 TEST(E4M3, Subnormals) {

@@ -226,17 +226,32 @@ def test_softmax_scale_is_used():
 # ---- causality: the property the exact scale mode promises ------------------------------------
 
 
+def _spread_values(v, binades, seed):
+    """Scales each token's values by 2^u, u uniform in [-binades, binades]: value exponents far
+    apart inside a key tile, so the forward sums part of l on its FP32 fallback."""
+    if binades == 0:
+        return v
+    gen = torch.Generator(device=v.device).manual_seed(seed)
+    u = torch.randint(-binades, binades + 1, (v.shape[0], 1, 1), generator=gen, device=v.device)
+    return (v.float() * torch.exp2(u.float())).to(v.dtype)
+
+
+@pytest.mark.parametrize("value_spread", [0, 12])
 @pytest.mark.parametrize("key_smoothing", ["none", "first_key"])
 @pytest.mark.parametrize("scale_mode", ["exact", "block32"])
-def test_outputs_do_not_depend_on_later_tokens_or_other_documents(scale_mode, key_smoothing):
+def test_outputs_do_not_depend_on_later_tokens_or_other_documents(scale_mode, key_smoothing,
+                                                                  value_spread):
     seqlens = [300, 190]
     cut = 150  # perturb document 0 from this position on, and all of document 1
     p = make(seqlens, heads_q=8, heads_kv=2, head_dim=128, requires_grad=False)
+    p["v"] = _spread_values(p["v"], value_spread, seed=2)
     options = dict(scale_mode=scale_mode, key_smoothing=key_smoothing)
     before = run(p, None, causal=True, **options)
     for name in ("q", "k", "v"):
         t = p[name].clone()
         t[cut:] = torch.randn_like(t[cut:]) * 3
+        if name == "v":
+            t[cut:] = _spread_values(t[cut:], value_spread, seed=3)
         p[name] = t
     after = run(p, None, causal=True, **options)
     # exact: every earlier row is bitwise unchanged; block32: rows of earlier 32-token blocks.

@@ -1,5 +1,6 @@
 // Consumer warpgroup: for each key tile, S = Q̂K̂ᵀ (FP8 wgmma, SS), the online softmax, and
-// O += P̂V̂ (FP8 wgmma, A from registers); then the epilogue. Each consumer owns 64 query rows.
+// [O | l] += P̂·[V̂ | row-sum rows] (FP8 wgmma, A from registers); then the epilogue. Each consumer
+// owns 64 query rows.
 #pragma once
 
 #include "kernels/forward/debug_probabilities.cuh"
@@ -33,11 +34,13 @@ __device__ __forceinline__ void mma_scores(float (&s)[kBlockN / 2], uint64_t des
   hopper::warpgroup_commit();
 }
 
-// O += P̂·V̂ over one key tile: k32 steps walk the V̂ᵀ sub-tiles (128 keys, 128B swizzle; a
-// narrower tail sub-tile uses the 64B or 32B swizzle).
+// [O | row sums] += P̂·[V̂ | row-sum rows] over one key tile: k32 steps walk the V̂ᵀ sub-tiles
+// (128 keys, 128B swizzle; a narrower tail sub-tile uses the 64B or 32B swizzle); N is the head
+// dim plus the row-sum columns, whose B rows follow the V̂ᵀ rows in each sub-tile.
 template <int kHeadDim>
 __device__ __forceinline__ void mma_output(
-    float (&o)[kHeadDim / 2], const uint32_t (&a)[ForwardTile<kHeadDim>::kBlockN / 32][4],
+    float (&acc)[ForwardTile<kHeadDim>::kAccumulatorRegisters],
+    const uint32_t (&a)[ForwardTile<kHeadDim>::kBlockN / 32][4],
     const uint8_t (
         &vt)[ForwardTile<kHeadDim>::kVtSubtiles][ForwardTile<kHeadDim>::kVtSubtileBytes]) {
   using Tile = ForwardTile<kHeadDim>;
@@ -51,8 +54,8 @@ __device__ __forceinline__ void mma_output(
     const uint64_t desc = hopper::make_smem_desc(hopper::smem_addr(vt[sub]),
                                                  tail ? kTailSwizzle : hopper::Swizzle::k128B);
     const uint64_t b = hopper::advance_desc(desc, (kk * kMmaK) % Tile::kVtSubtileKeys);
-    if constexpr (kHeadDim == 128) hopper::wgmma_fp8_rs_n128(o, a[kk], b, 1);
-    if constexpr (kHeadDim == 64) hopper::wgmma_fp8_rs_n64(o, a[kk], b, 1);
+    if constexpr (kHeadDim == 128) hopper::wgmma_fp8_rs_n136(acc, a[kk], b, 1);
+    if constexpr (kHeadDim == 64) hopper::wgmma_fp8_rs_n72(acc, a[kk], b, 1);
   }
   hopper::warpgroup_commit();
 }
@@ -85,17 +88,19 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
       state.row_max[r] = -INFINITY;
       state.row_sum[r] = 0.0f;
     }
-    float o[Tile::kOutRegisters];
+    // O accumulator, then this tile's row-sum registers (zeroed before each P̂·V̂ MMA).
+    float acc[Tile::kAccumulatorRegisters];
 #pragma unroll
-    for (int i = 0; i < Tile::kOutRegisters; ++i) o[i] = 0.0f;
+    for (int i = 0; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
 
     const int q_buffer = item_count % Tile::kQBuffers;
     const uint64_t desc_q = hopper::make_smem_desc(
         hopper::smem_addr(smem.q[q_buffer] + tile_row0 * kHeadDim), qk_swizzle<kHeadDim>());
     hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
     uint32_t a[kBlockN / 32][4];
-    // Scores of tile n (already in s) -> t, p, the P̂ operand `a` and l; releases the K stage
-    // (whose factors l reads). Returns the O ratio.
+    float reference_inv_value_scale;  // 2^-ev_ref of the tile (producer.cuh)
+    // Scores of tile n (already in s) -> t, p, the P̂ operand `a`, and what l needs from the
+    // factors; releases the K stage (whose factors this reads). Returns the O ratio.
     auto softmax = [&](float(&s)[kBlockN / 2], int n, int stage, float(&ratio)[kRowsPerThread]) {
       if (n == w.geo.n_tiles - 1) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
       const KeyPairFactors* factors = smem.factors[stage];
@@ -109,7 +114,11 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
       }
       softmax_exponents_to_probabilities<kBlockN>(s, state);
       probabilities_to_operand<kBlockN>(s, a);
-      accumulate_quantized_row_sum<kBlockN>(a, state, factors, lane);
+      const int reference = first_key_local < 0 ? -first_key_local : 0;  // first document key
+      reference_inv_value_scale = factors[reference / 2].inv_value_scale[reference & 1];
+      const uint4 fallback = *reinterpret_cast<const uint4*>(smem.row_sum_fallback[stage]);
+      if (fallback.x | fallback.y | fallback.z | fallback.w)
+        add_fallback_row_sums<kBlockN>(a, factors, lane, state);
       hopper::mbarrier_arrive(&smem.k_empty[stage]);
     };
     auto k_desc = [&](int stage) {
@@ -133,16 +142,19 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
       softmax(s, n, stage, ratio);
       if constexpr (kDebugProbabilities)
         write_debug_probabilities<kBlockN>(p, w, s, state, n, row_local, lane);
-      rescale_output(o, ratio);
+      rescale_output(acc, ratio);
+#pragma unroll
+      for (int i = Tile::kOutRegisters; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
       hopper::mbarrier_wait(&smem.v_full[stage], phase_of(iteration));
-      mma_output<kHeadDim>(o, a, smem.vt[stage]);
+      mma_output<kHeadDim>(acc, a, smem.vt[stage]);
       hopper::warpgroup_wait<0>();
-      hopper::fence_registers(o);
+      hopper::fence_registers(acc);
       hopper::mbarrier_arrive(&smem.v_empty[stage]);
+      add_tile_row_sums<Tile::kOutRegisters>(state, acc, reference_inv_value_scale);
     }
     if (w.geo.n_tiles == 0)
       hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);  // release the unused Q tile
-    write_outputs<Tile::kOutRegisters>(p, w, o, state, row_local, lane);
+    write_outputs<Tile::kOutRegisters>(p, w, acc, state, row_local, lane);
   }
 }
 

@@ -10,15 +10,16 @@
 
 namespace flamia::forward {
 
-template <int kOutRegisters>
+// `o` is the accumulator: its first kOutRegisters registers hold O (the rest, row sums, are
+// already in state.row_sum, which holds the whole row's l in every thread of the quad).
+template <int kOutRegisters, int kRegisters>
 __device__ __forceinline__ void write_outputs(const ForwardParams& p, const WorkItem& w,
-                                              const float (&o)[kOutRegisters], RowState& state,
+                                              const float (&o)[kRegisters], RowState& state,
                                               const int (&row_local)[2], int lane) {
+  static_assert(kOutRegisters <= kRegisters, "O registers");
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
-    float l = state.row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float l = state.row_sum[r];
     if (row_local[r] >= w.geo.q_len) continue;
     const bool empty = !(l > 0.0f);
     const float inv = empty ? 0.0f : 1.0f / l;

@@ -10,8 +10,8 @@ constexpr int kWarpgroupThreads = 128;
 constexpr int kConsumerWarpgroups = 2;
 constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
 constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
-constexpr int kProducerRegisters = 56;
-constexpr int kConsumerRegisters = 224;
+constexpr int kProducerRegisters = 40;
+constexpr int kConsumerRegisters = 232;
 
 // The two consumers are not forced to alternate their MMAs (FlashAttention-3's ping-pong): with
 // the intra-warpgroup overlap below it measured slower here (equal-2k 0.627 -> 0.656 ms).
@@ -37,21 +37,35 @@ struct ForwardTile {
   static constexpr int kVtSubtiles = (kBlockN + kVtSubtileKeys - 1) / kVtSubtileKeys;
   static constexpr int kVtTailKeys = kBlockN - (kVtSubtiles - 1) * kVtSubtileKeys;
   static_assert(kVtTailKeys == 128 || kVtTailKeys == 64 || kVtTailKeys == 32, "sub-tile keys");
-  static constexpr int kVtSubtileBytes = kHeadDim * kVtSubtileKeys;
+  // The P̂·V̂ product also computes the row sums l (numerics §4 step 5): each V̂ᵀ sub-tile is
+  // followed by kRowSumColumns rows holding 2^(ev_ref - ev_j) per key (written by the producer),
+  // so the MMA's last 8 columns are Σ_j P̂_ij 2^(ev_ref - ev_j) (all 8 equal).
+  static constexpr int kRowSumColumns = 8;                          // the smallest wgmma N step
+  static constexpr int kOutputColumns = kHeadDim + kRowSumColumns;  // N of the P̂·V̂ wgmma
+  static constexpr int kVtSubtileBytes = kOutputColumns * kVtSubtileKeys;
+  static_assert(kVtSubtileBytes % 1024 == 0, "sub-tiles stay 1024-byte aligned (128B swizzle)");
   static constexpr int kQTileBytes = kBlockM * kHeadDim;
   static constexpr int kKTileBytes = kBlockN * kHeadDim;
   static constexpr int kVTileBytes = kHeadDim * kBlockN;  // bytes a V̂ᵀ tile's TMA loads
   static constexpr int kScoreRegisters = kBlockN / 2;     // m64nBN accumulator per thread
-  static constexpr int kOutRegisters = kHeadDim / 2;      // m64nD accumulator per thread
+  static constexpr int kOutRegisters = kHeadDim / 2;      // O columns of the accumulator
+  static constexpr int kAccumulatorRegisters = kOutputColumns / 2;  // O, then the row sums
 };
 
+// One byte of a row-sum row: e4m3 holds the powers of two 2^-9 .. 2^8 exactly, so a key whose
+// value exponent lies within this window around the tile's reference key is summed by the MMA;
+// one outside it gets 0 there and is added by the consumers in FP32 (the rare fallback).
+constexpr int kRowSumMinExponent = -9;
+constexpr int kRowSumMaxExponent = 8;
+
 // Per-key factors in shared memory, one record per pair of adjacent keys (the two columns a
-// thread owns in each group of 8): {sk0, sk1, ev0, ev1} and {1/sv0, 1/sv1}.
+// thread owns in each group of 8): {sk0, sk1, ev0, ev1} and {1/sv0, 1/sv1, fallback0, fallback1};
+// fallback_inv_value_scale is 2^-ev for a key outside the row-sum rows' exponent window, else 0.
 struct alignas(32) KeyPairFactors {
   float key_scale[2];
   float value_exponent[2];
   float inv_value_scale[2];
-  float unused[2];
+  float fallback_inv_value_scale[2];
 };
 
 }  // namespace flamia::forward

@@ -22,7 +22,7 @@ __device__ __forceinline__ void init_barriers(SharedStorage<kHeadDim>& smem) {
   for (int s = 0; s < Tile::kStages; ++s) {
     hopper::mbarrier_init(&smem.k_full[s], kWarpgroupThreads);
     hopper::mbarrier_init(&smem.k_empty[s], kConsumerThreads);
-    hopper::mbarrier_init(&smem.v_full[s], 1);
+    hopper::mbarrier_init(&smem.v_full[s], kWarpgroupThreads);
     hopper::mbarrier_init(&smem.v_empty[s], kConsumerThreads);
   }
   hopper::fence_mbarrier_init();

@@ -1,6 +1,7 @@
 // Online softmax of one consumer thread's two query rows over a key tile, with the integer
 // running offset of docs/numerics.md §4: t = fma(S 2^ek, c 2^eq, ev), M = ceil(running max t),
-// p = exp2(t - M + 8), P̂ = e4m3(p), l += P̂ 2^-ev. Rescales of l and O are exact powers of two.
+// p = exp2(t - M + 8), P̂ = e4m3(p), l += Σ P̂ 2^-ev (from the P̂·V̂ MMA). Rescales of l and O
+// are exact powers of two.
 #pragma once
 
 #include "kernels/common/softmax_numerics.cuh"
@@ -12,7 +13,7 @@ constexpr int kRowsPerThread = 2;  // accumulator rows lane/4 and lane/4 + 8 of 
 
 struct RowState {
   float row_max[kRowsPerThread];     // M_i (integer value) or -inf before any visible key
-  float row_sum[kRowsPerThread];     // this thread's partial l_i
+  float row_sum[kRowsPerThread];     // l_i (the whole row's, the same in the row's quad)
   float row_factor[kRowsPerThread];  // c * 2^eq_i
 };
 
@@ -83,14 +84,14 @@ __device__ __forceinline__ void softmax_scores_to_exponents(
   }
 }
 
-template <int kOutRegisters>
-__device__ __forceinline__ void rescale_output(float (&o)[kOutRegisters],
+template <int kRegisters>
+__device__ __forceinline__ void rescale_output(float (&o)[kRegisters],
                                                const float (&ratio)[kRowsPerThread]) {
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     if (ratio[r] != 1.0f) {
 #pragma unroll
-      for (int i = 0; i < kOutRegisters; ++i)
+      for (int i = 0; i < kRegisters; ++i)
         if (register_row(i) == r) o[i] *= ratio[r];
     }
   }
@@ -124,15 +125,18 @@ __device__ __forceinline__ void probabilities_to_operand(const float (&s)[kBlock
   }
 }
 
-// Pass 3: l += Σ P̂ 2^-ev over the tile, from the packed operand (numerics §4 step 5: the
-// denominator sums the probabilities the P̂·V̂ product uses, so O is their exact weighted mean
-// and the backward's dS rows sum to zero). Word 2h of k step kk holds row 0's columns of pairs
-// 4kk+2h (bytes 0-1) and 4kk+2h+1 (bytes 2-3); word 2h+1 the same columns of row 1.
+// l of a tile (numerics §4 step 5: the denominator sums the probabilities the P̂·V̂ product
+// uses, so O is their exact weighted mean and the backward's dS rows sum to zero) comes from the
+// P̂·V̂ MMA itself: its row-sum columns hold Σ_j P̂_ij 2^(ev_ref - ev_j), in every column and so in
+// every thread of the row's quad. Keys whose 2^(ev_ref - ev_j) E4M3 cannot hold (rare: a value
+// exponent more than 8 binades from the tile's reference key) are summed here instead, in FP32,
+// from the packed operand, and added to l before the tile's MMA part (the quad's sum, the same in
+// its four lanes). Word 2h of k step kk holds row 0's columns of pairs 4kk+2h (bytes 0-1) and
+// 4kk+2h+1 (bytes 2-3); word 2h+1 the same columns of row 1.
 template <int kBlockN>
-__device__ __forceinline__ void accumulate_quantized_row_sum(const uint32_t (&a)[kBlockN / 32][4],
-                                                             RowState& state,
-                                                             const KeyPairFactors* factors,
-                                                             int lane) {
+__device__ __forceinline__ void add_fallback_row_sums(const uint32_t (&a)[kBlockN / 32][4],
+                                                      const KeyPairFactors* factors, int lane,
+                                                      RowState& state) {
   float sum[kRowsPerThread][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};  // two chains per row
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 32; ++kk) {
@@ -140,9 +144,9 @@ __device__ __forceinline__ void accumulate_quantized_row_sum(const uint32_t (&a)
     for (int half = 0; half < 2; ++half) {
       const int pair = 4 * kk + 2 * half;
       const float2 inv0 =
-          *reinterpret_cast<const float2*>(factors[4 * pair + (lane & 3)].inv_value_scale);
-      const float2 inv1 =
-          *reinterpret_cast<const float2*>(factors[4 * (pair + 1) + (lane & 3)].inv_value_scale);
+          *reinterpret_cast<const float2*>(factors[4 * pair + (lane & 3)].fallback_inv_value_scale);
+      const float2 inv1 = *reinterpret_cast<const float2*>(
+          factors[4 * (pair + 1) + (lane & 3)].fallback_inv_value_scale);
 #pragma unroll
       for (int r = 0; r < kRowsPerThread; ++r) {
         const uint32_t word = a[kk][2 * half + r];
@@ -156,8 +160,24 @@ __device__ __forceinline__ void accumulate_quantized_row_sum(const uint32_t (&a)
     }
   }
 #pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    float x = __fadd_rn(sum[r][0], sum[r][1]);
+    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 1));  // the same sum in all four lanes
+    x = __fadd_rn(x, __shfl_xor_sync(0xffffffffu, x, 2));
+    state.row_sum[r] = __fadd_rn(state.row_sum[r], x);
+  }
+}
+
+// After the P̂·V̂ MMA of a tile: l += (row-sum column) * 2^-ev_ref (exact: a power of two).
+// Accumulator register kOutRegisters + 2r lies in the row-sum columns of row r.
+template <int kOutRegisters, int kRegisters>
+__device__ __forceinline__ void add_tile_row_sums(RowState& state, const float (&acc)[kRegisters],
+                                                  float reference_inv_value_scale) {
+  static_assert(kRegisters >= kOutRegisters + 2 * kRowsPerThread, "row-sum registers");
+#pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r)
-    state.row_sum[r] = __fadd_rn(state.row_sum[r], __fadd_rn(sum[r][0], sum[r][1]));
+    state.row_sum[r] =
+        __fmaf_rn(acc[kOutRegisters + 2 * r], reference_inv_value_scale, state.row_sum[r]);
 }
 
 }  // namespace flamia::forward

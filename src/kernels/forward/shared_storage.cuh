@@ -15,11 +15,13 @@ struct alignas(1024) SharedStorage {
   alignas(1024) uint8_t k[Tile::kStages][Tile::kKTileBytes];
   alignas(1024) uint8_t vt[Tile::kStages][Tile::kVtSubtiles][Tile::kVtSubtileBytes];
   KeyPairFactors factors[Tile::kStages][Tile::kBlockN / 2];
+  // Per producer warp: its keys outside the row-sum window (a ballot; 0 almost always).
+  alignas(16) uint32_t row_sum_fallback[Tile::kStages][kWarpgroupThreads / 32];
   uint64_t q_full[Tile::kQBuffers];   // Q tile landed
   uint64_t q_empty[Tile::kQBuffers];  // both consumers finished their last S = Q̂K̂ᵀ of the item
   uint64_t k_full[Tile::kStages];     // K̂ tile landed and its per-key factors written
   uint64_t k_empty[Tile::kStages];
-  uint64_t v_full[Tile::kStages];
+  uint64_t v_full[Tile::kStages];  // V̂ᵀ landed and the producer's row-sum rows written
   uint64_t v_empty[Tile::kStages];
 };
 
