@@ -76,9 +76,10 @@ struct InputOptions {
   // direction u that every query of the group also carries (logit ~ kSinkLogit above the rest),
   // and its value is small.
   bool sink_token = false;
-  // Values of token t scale by 2^u_t, u_t uniform in [-value_spread, value_spread] (integers):
-  // value exponents far apart inside one key tile (the forward's FP32 row-sum fallback).
-  int value_spread = 0;
+  // Every kSmallValuePeriod-th token (t % period == kSmallValuePhase) has its values scaled by
+  // 2^-small_value_binades, like a sink's: value exponents far apart inside one key tile (the
+  // forward's FP32 row-sum fallback) without starving the other keys' P̂ of range.
+  int small_value_binades = 0;
 };
 Inputs make_inputs(const Problem& problem, const InputOptions& options = {});
 

@@ -1,5 +1,5 @@
 // Seeded random BF16 inputs, including inputs that random N(0,1) tests never exercise: a large
-// common key component (key bias), an attention sink and values of very different magnitudes.
+// common key component (key bias), an attention sink and tokens with much smaller values.
 #include <cmath>
 #include <random>
 
@@ -16,7 +16,9 @@ constexpr float kSinkValueScale = 0.1f;
 // Stream offsets so the optional components do not shift the main draws.
 constexpr uint64_t kKeyBiasStream = 0x6b65795f62696173ull;
 constexpr uint64_t kSinkStream = 0x73696e6b5f746f6bull;
-constexpr uint64_t kValueSpreadStream = 0x7370726561645f76ull;
+// Which tokens get small values (InputOptions::small_value_binades).
+constexpr int kSmallValuePeriod = 8;
+constexpr int kSmallValuePhase = 3;
 
 std::vector<float> normal_vector(size_t count, uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -62,10 +64,9 @@ Inputs make_inputs(const Problem& p, const InputOptions& options) {
         x += options.key_bias * bias[size_t(g) * dim + d];
         in.k.set(t, g, d, x);
       }
-  std::mt19937_64 spread_rng(options.seed ^ kValueSpreadStream);
-  std::uniform_int_distribution<int> spread(-options.value_spread, options.value_spread);
   for (int t = 0; t < p.total_k(); ++t) {
-    const float token_scale = std::ldexp(1.0f, spread(spread_rng));
+    const bool small = t % kSmallValuePeriod == kSmallValuePhase;
+    const float token_scale = std::ldexp(1.0f, small ? -options.small_value_binades : 0);
     for (int g = 0; g < p.heads_kv; ++g)
       for (int d = 0; d < dim; ++d) {
         float x = normal(rng) * token_scale;
