@@ -138,7 +138,10 @@ std::vector<BackwardCase> cases() {
   BackwardCase full{"d64_full", {300, 113}, {}, 2, 2, 64, false};
   BackwardCase sink{"d128_causal_sink", {500, 64}, {}, 2, 2, 128, true};
   sink.sink = true;
-  return {causal, full, sink};
+  // short documents packed into shared forward work items (scheduler.cu)
+  BackwardCase packed{"d128_causal_packed", {5, 17, 40, 3, 64, 1, 30, 200}, {}, 2, 1, 128, true};
+  BackwardCase packed_full{"d64_full_packed", {9, 60, 2, 33, 1}, {}, 2, 2, 64, false};
+  return {causal, full, sink, packed, packed_full};
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BackwardForwardProbabilityTest, ::testing::ValuesIn(cases()),

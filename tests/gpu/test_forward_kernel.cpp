@@ -168,6 +168,13 @@ std::vector<ForwardCase> forward_cases() {
                    KeySmoothing::kFirstKey,
                    6.0f});
   cases.push_back({"d64_many_tiny", std::vector<int>(300, 5), 4, 4, 64, true, ScaleMode::kExact});
+  // Short documents packed several to a work item (each row masked to its own document),
+  // next to ones that are not (empty, longer than 64, a lone short one).
+  const std::vector<int> packed = {5, 64, 1, 33, 0, 17, 63, 2, 200, 9, 40, 64, 64, 1, 130, 7};
+  cases.push_back({"d128_packed_causal_exact", packed, 4, 2, 128, true, ScaleMode::kExact});
+  cases.push_back({"d64_packed_full_block32", packed, 4, 1, 64, false, ScaleMode::kBlock32});
+  cases.push_back({"d128_packed_full_exact_smoothed", packed, 2, 2, 128, false, ScaleMode::kExact,
+                   KeySmoothing::kFirstKey, 2.0f});
   // exact: every 8th token's values 2^-11 smaller. Their value exponents lie outside the
   // row-sum window of a tile's reference key (or, where the reference key is one of them,
   // everybody else's do), so l takes the FP32 fallback.

@@ -150,6 +150,7 @@ def test_causal_varlen_against_float64(head_dim, heads_q, heads_kv, scale_mode, 
 
 @pytest.mark.parametrize("seqlens_q, seqlens_k", [
     ([5, 17, 0, 64, 3], [9, 1, 33, 128, 0]),  # the last document has queries but no key
+    ([3, 40, 1, 7, 60, 2], [10, 5, 64, 1, 0, 30]),  # packed short ones, one without keys
     ([113], [2049]),
 ])
 def test_noncausal_cross_lengths(seqlens_q, seqlens_k):
@@ -275,6 +276,34 @@ def test_outputs_do_not_depend_on_later_tokens_or_other_documents(scale_mode, ke
     for name in ("out", "dq", "dk", "dv"):
         assert torch.equal(first[name][:seqlens[0]], second[name][:seqlens[0]]), name
         assert not torch.equal(first[name][seqlens[0]:], second[name][seqlens[0]:]), name
+
+
+@pytest.mark.parametrize("scale_mode", ["exact", "block32"])
+def test_packed_short_documents_stay_independent(scale_mode):
+    """Documents of <= 64 tokens share forward work items (several per tile, each row masked to
+    its own document): changing one leaves every other bitwise unchanged, and in exact mode a
+    document's earlier rows do not see its later tokens."""
+    seqlens = [7, 30, 1, 45, 20, 60, 33, 5, 64, 2]
+    changed, cut = 5, 25  # document 5 changes from its position 25 on
+    p = make(seqlens, heads_q=4, heads_kv=2, head_dim=128, requires_grad=False)
+    before = run(p, None, causal=True, scale_mode=scale_mode)
+    start = sum(seqlens[:changed])
+    end = start + seqlens[changed]
+    for name in ("q", "k", "v"):
+        t = p[name].clone()
+        t[start + cut:end] = torch.randn_like(t[start + cut:end]) * 3
+        p[name] = t
+    after = run(p, None, causal=True, scale_mode=scale_mode)
+    keep = cut if scale_mode == "exact" else cut // 32 * 32
+    for name in ("out", "lse"):
+        a, b = before[name], after[name]
+        if name == "lse":
+            a, b = a.transpose(0, 1), b.transpose(0, 1)  # (tokens, heads)
+        assert torch.equal(a[:start + keep], b[:start + keep]), name
+        assert torch.equal(a[end:], b[end:]), name
+    assert not torch.equal(before["out"][start + cut:end], after["out"][start + cut:end])
+    ref = reference(p, None, causal=True)
+    assert errors(after, ref)["out"] <= O_BOUND
 
 
 # ---- determinism, compile, graphs -------------------------------------------------------------

@@ -78,6 +78,13 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
   for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
     const WorkItem w = work_item<kBlockN>(p, index);
     const int row_local[2] = {w.geo.q0 + thread_row0, w.geo.q0 + thread_row0 + 8};
+    const bool segment = w.geo.doc_count > 1;
+    RowKeyRange row_keys[kRowsPerThread];  // visible keys (kCausal: keys up to the row)
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r)
+      row_keys[r] = segment ? segment_row_keys(w.geo, row_local[r], p.cu_seqlens_q, p.cu_seqlens_k,
+                                               p.causal != 0)
+                            : RowKeyRange{0, row_local[r]};
     RowState state;
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
@@ -105,12 +112,15 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
       if (n == w.geo.n_tiles - 1) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
       const KeyPairFactors* factors = smem.factors[stage];
       const int first_key_local = w.geo.k_tile_base + n * kBlockN - w.geo.k_start;
-      if (n >= w.geo.causal_from) {
-        softmax_scores_to_exponents<kBlockN, true>(s, state, ratio, factors, lane, first_key_local,
-                                                   row_local);
+      if (segment) {
+        softmax_scores_to_exponents<kBlockN, KeyMask::kRowRange>(s, state, ratio, factors, lane,
+                                                                 first_key_local, row_keys);
+      } else if (n >= w.geo.causal_from) {
+        softmax_scores_to_exponents<kBlockN, KeyMask::kCausal>(s, state, ratio, factors, lane,
+                                                               first_key_local, row_keys);
       } else {
-        softmax_scores_to_exponents<kBlockN, false>(s, state, ratio, factors, lane, first_key_local,
-                                                    row_local);
+        softmax_scores_to_exponents<kBlockN, KeyMask::kNone>(s, state, ratio, factors, lane,
+                                                             first_key_local, row_keys);
       }
       softmax_exponents_to_probabilities<kBlockN>(s, state);
       probabilities_to_operand<kBlockN>(s, a);
@@ -141,7 +151,7 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
       hopper::fence_registers(s);
       softmax(s, n, stage, ratio);
       if constexpr (kDebugProbabilities)
-        write_debug_probabilities<kBlockN>(p, w, s, state, n, row_local, lane);
+        write_debug_probabilities<kBlockN>(p, w, s, state, n, row_local, row_keys, lane);
       rescale_output(acc, ratio);
 #pragma unroll
       for (int i = Tile::kOutRegisters; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;

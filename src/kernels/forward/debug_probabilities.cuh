@@ -10,10 +10,9 @@
 namespace flamia::forward {
 
 template <int kBlockN>
-__device__ __forceinline__ void write_debug_probabilities(const ForwardParams& p, const WorkItem& w,
-                                                          const float (&s)[kBlockN / 2],
-                                                          const RowState& state, int n,
-                                                          const int (&row_local)[2], int lane) {
+__device__ __forceinline__ void write_debug_probabilities(
+    const ForwardParams& p, const WorkItem& w, const float (&s)[kBlockN / 2], const RowState& state,
+    int n, const int (&row_local)[2], const RowKeyRange (&row_keys)[2], int lane) {
   const int key0 = w.geo.k_tile_base + n * kBlockN;
 #pragma unroll
   for (int i = 0; i < kBlockN / 2; ++i) {
@@ -21,7 +20,8 @@ __device__ __forceinline__ void write_debug_probabilities(const ForwardParams& p
     const int key = key0 + 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
     const int key_local = key - w.geo.k_start;
     if (row_local[r] >= w.geo.q_len || key_local < 0 || key_local >= w.geo.k_len) continue;
-    if (p.causal && key_local > row_local[r]) continue;
+    const bool masked = w.geo.doc_count > 1 || p.causal;
+    if (masked && (key_local < row_keys[r].first || key_local > row_keys[r].last)) continue;
     const float value =
         e4m3_decode(e4m3_encode(s[i])) * exp2_int(int(state.row_max[r]) - kSoftmaxOffset);
     const int64_t at =

@@ -6,6 +6,7 @@
 
 #include "kernels/common/softmax_numerics.cuh"
 #include "kernels/forward/forward_config.h"
+#include "kernels/forward/tile_geometry.cuh"
 
 namespace flamia::forward {
 
@@ -30,19 +31,28 @@ __device__ __forceinline__ float power_of_two_ratio(float from_max, float to_max
   return difference < kMinScaleExponent ? 0.0f : exp2_int(difference);
 }
 
+// Which keys a tile's pass 1 masks: none (every key inside the document is visible; keys
+// outside have ev = -inf), the causal diagonal (keys after the row), or each row's own key range
+// (segments of packed documents: the row's document, causal or not).
+enum class KeyMask { kNone, kCausal, kRowRange };
+
 // Pass 1: scores -> t (in place) and the new integer row maxima. Returns, per row, the exact
 // power-of-two ratio old/new by which l (done here) and the O accumulator (by the caller, once
-// the MMA in flight on it has completed) must be rescaled. `kCausal`: mask keys after the row.
-template <int kBlockN, bool kCausal>
+// the MMA in flight on it has completed) must be rescaled. `rows`: each row's visible keys,
+// relative to k_start (kCausal reads only `last`).
+template <int kBlockN, KeyMask kMask>
 __device__ __forceinline__ void softmax_scores_to_exponents(
     float (&s)[kBlockN / 2], RowState& state, float (&ratio)[kRowsPerThread],
-    const KeyPairFactors* factors, int lane, int first_key_local, const int (&row_local)[2]) {
-  // Causal: key column col (tile-relative) is masked when first_key_local + 2*(lane&3) + col_off
-  // > row, i.e. when the compile-time offset exceeds this per-row limit.
-  int limit[kRowsPerThread];
+    const KeyPairFactors* factors, int lane, int first_key_local,
+    const RowKeyRange (&rows)[kRowsPerThread]) {
+  // Key column col (tile-relative) is key first_key_local + 2*(lane&3) + col_off: masked when
+  // the compile-time offset col_off lies outside [lower, upper] of its row.
+  int upper[kRowsPerThread], lower[kRowsPerThread];
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r)
-    limit[r] = row_local[r] - first_key_local - 2 * (lane & 3);
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    upper[r] = rows[r].last - first_key_local - 2 * (lane & 3);
+    lower[r] = rows[r].first - first_key_local - 2 * (lane & 3);
+  }
 #pragma unroll
   for (int c = 0; c < kBlockN / 8; ++c) {
     // two 8-byte shared loads: {sk0, sk1} and {ev0, ev1} of this thread's column pair
@@ -56,8 +66,12 @@ __device__ __forceinline__ void softmax_scores_to_exponents(
       const int i = 4 * c + j;
       const int r = register_row(i);
       float t = score_exponent(s[i], key_scale[j & 1], state.row_factor[r], value_exponent[j & 1]);
-      if constexpr (kCausal) {
-        if (8 * c + (j & 1) > limit[r]) t = -INFINITY;
+      const int col_off = 8 * c + (j & 1);
+      if constexpr (kMask != KeyMask::kNone) {
+        if (col_off > upper[r]) t = -INFINITY;
+      }
+      if constexpr (kMask == KeyMask::kRowRange) {
+        if (col_off < lower[r]) t = -INFINITY;
       }
       s[i] = t;
     }

@@ -40,7 +40,10 @@ __device__ __forceinline__ TileKeyFactors write_key_factors(const ForwardParams&
   const int value_exp = inside ? p.v_exp[head_row + key] : 0;
   const int reference_exp = p.v_exp[head_row + max(key_tile_start, w.geo.k_start)];
   const int relative_exp = reference_exp - value_exp;
-  const bool in_window = relative_exp >= kRowSumMinExponent && relative_exp <= kRowSumMaxExponent;
+  // A segment's rows belong to different documents: no shared reference key, so all its keys
+  // take the FP32 fallback (its tiles are few and small).
+  const bool in_window = w.geo.doc_count == 1 && relative_exp >= kRowSumMinExponent &&
+                         relative_exp <= kRowSumMaxExponent;
   KeyColumnFactors f = key_column_factors(key_exp, value_exp);
   if (!inside) f.value_exponent = -INFINITY;
   KeyPairFactors& pair = smem.factors[stage][j / 2];

@@ -7,24 +7,55 @@ namespace {
 
 constexpr int kPlanThreads = 1024;
 
-__device__ __forceinline__ int query_blocks(const int32_t* cu_q, int doc, int block_m) {
-  return (cu_q[doc + 1] - cu_q[doc] + block_m - 1) / block_m;
+// A short document (1..kPackedDocumentTokens queries, at most as many keys) is packed with its
+// neighbours whose first query lies in the same window of kPackedDocumentTokens positions.
+__device__ __forceinline__ bool packable(const int32_t* cu_q, const int32_t* cu_k, int doc) {
+  const int q_len = cu_q[doc + 1] - cu_q[doc];
+  const int k_len = cu_k[doc + 1] - cu_k[doc];
+  return q_len >= 1 && q_len <= kPackedDocumentTokens && k_len <= kPackedDocumentTokens;
 }
 
-__device__ __forceinline__ int tile_cost(const int32_t* cu_q, int doc, int m_block, int block_m,
-                                         int block_n, bool causal) {
-  const int q_len = cu_q[doc + 1] - cu_q[doc];
+__device__ __forceinline__ int packing_window(const int32_t* cu_q, int doc) {
+  return cu_q[doc] / kPackedDocumentTokens;
+}
+
+// The work items of a document: its query tiles; a packable document only if it leads its
+// segment (then one item for all its documents, `doc_count`), otherwise none.
+struct DocumentItems {
+  int blocks;
+  int doc_count;
+};
+
+__device__ __forceinline__ DocumentItems document_items(const int32_t* cu_q, const int32_t* cu_k,
+                                                        int batch, int doc, int block_m) {
+  if (!packable(cu_q, cu_k, doc)) return {(cu_q[doc + 1] - cu_q[doc] + block_m - 1) / block_m, 1};
+  const int window = packing_window(cu_q, doc);
+  if (doc > 0 && packable(cu_q, cu_k, doc - 1) && packing_window(cu_q, doc - 1) == window)
+    return {0, 0};  // packed into a previous document's item
+  int count = 1;
+  while (doc + count < batch && packable(cu_q, cu_k, doc + count) &&
+         packing_window(cu_q, doc + count) == window)
+    ++count;
+  return {1, count};
+}
+
+__device__ __forceinline__ int tile_cost(const int32_t* cu_q, const int32_t* cu_k, int doc,
+                                         int doc_count, int m_block, int block_m, int block_n,
+                                         bool causal) {
   // key tiles visited (+1 for the fixed cost of a work item); documents have q_len == k_len
   // when causal; non-causal ones are costed by their query length as well (a lower bound)
-  const int rows = causal ? min((m_block + 1) * block_m, q_len) : q_len;
+  const int q_len = cu_q[doc + doc_count] - cu_q[doc];
+  int rows = causal ? min((m_block + 1) * block_m, q_len) : q_len;
+  if (doc_count > 1) rows = cu_k[doc + doc_count] - cu_k[doc] + kPermutationGroup;  // all keys
   return min((rows + block_n - 1) / block_n + 1, kScheduleCostBins - 1);
 }
 
 // One CTA: counting sort of every (document, query tile) by descending cost (longest-processing-
 // time-first); each tile becomes heads_q consecutive work items.
 __global__ void __launch_bounds__(kPlanThreads)
-    schedule_plan_kernel(const int32_t* cu_q, int batch, int heads, int block_m, int block_n,
-                         bool causal, const int32_t* device_status, ScheduleView view) {
+    schedule_plan_kernel(const int32_t* cu_q, const int32_t* cu_k, int batch, int heads,
+                         int block_m, int block_n, bool causal, const int32_t* device_status,
+                         ScheduleView view) {
   __shared__ int bins[kScheduleCostBins];
   __shared__ int scratch[kPlanThreads];
   const int tid = threadIdx.x;
@@ -32,21 +63,27 @@ __global__ void __launch_bounds__(kPlanThreads)
   for (int i = tid; i < kScheduleCostBins; i += kPlanThreads) bins[i] = 0;
   __syncthreads();
   if (!skip)
-    for (int doc = tid; doc < batch; doc += kPlanThreads)
-      for (int m = 0, blocks = query_blocks(cu_q, doc, block_m); m < blocks; ++m)
-        atomicAdd(&bins[kScheduleCostBins - 1 - tile_cost(cu_q, doc, m, block_m, block_n, causal)],
+    for (int doc = tid; doc < batch; doc += kPlanThreads) {
+      const DocumentItems d = document_items(cu_q, cu_k, batch, doc, block_m);
+      for (int m = 0; m < d.blocks; ++m)
+        atomicAdd(&bins[kScheduleCostBins - 1 -
+                        tile_cost(cu_q, cu_k, doc, d.doc_count, m, block_m, block_n, causal)],
                   1);
+    }
   __syncthreads();
   const int tiles = bin_counts_to_offsets<kPlanThreads, kScheduleCostBins>(bins, scratch);
   if (tid == 0) *view.num_items = tiles * heads;
   __syncthreads();
   if (skip) return;
-  for (int doc = tid; doc < batch; doc += kPlanThreads)
-    for (int m = 0, blocks = query_blocks(cu_q, doc, block_m); m < blocks; ++m) {
-      const int bin = kScheduleCostBins - 1 - tile_cost(cu_q, doc, m, block_m, block_n, causal);
+  for (int doc = tid; doc < batch; doc += kPlanThreads) {
+    const DocumentItems d = document_items(cu_q, cu_k, batch, doc, block_m);
+    for (int m = 0; m < d.blocks; ++m) {
+      const int bin = kScheduleCostBins - 1 -
+                      tile_cost(cu_q, cu_k, doc, d.doc_count, m, block_m, block_n, causal);
       const int at = atomicAdd(&bins[bin], 1);
-      for (int h = 0; h < heads; ++h) view.items[at * heads + h] = TileItem{doc, h, m, 0};
+      for (int h = 0; h < heads; ++h) view.items[at * heads + h] = TileItem{doc, h, m, d.doc_count};
     }
+  }
 }
 
 }  // namespace
@@ -68,8 +105,8 @@ cudaError_t launch_schedule_plan(const PackedShape& shape, int block_m, int bloc
                                  const int32_t* device_status, void* workspace,
                                  cudaStream_t stream) {
   schedule_plan_kernel<<<1, kPlanThreads, 0, stream>>>(
-      shape.cu_seqlens_q, shape.batch, shape.heads_q, block_m, block_n, shape.causal, device_status,
-      schedule_view(workspace));
+      shape.cu_seqlens_q, shape.cu_seqlens_k, shape.batch, shape.heads_q, block_m, block_n,
+      shape.causal, device_status, schedule_view(workspace));
   return cudaGetLastError();
 }
 

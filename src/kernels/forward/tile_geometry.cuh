@@ -7,23 +7,31 @@
 
 namespace flamia::forward {
 
-// One work item: a query tile of one document for one query head.
+// One work item for one query head: a query tile of one document, or (doc_count > 1) a
+// segment of consecutive short documents sharing one tile (scheduler.cu: packed documents).
 struct alignas(16) TileItem {
-  int32_t doc;
+  int32_t doc;  // the (first) document
   int32_t head;
   int32_t m_block;
-  int32_t unused;
+  int32_t doc_count;  // 1, or the documents of a segment
 };
 
+// Documents of at most this many queries and keys whose first query falls into the same
+// window of this many packed query positions share a work item (at most 2 * 64 - 1 < kBlockM
+// rows), instead of costing a whole query tile each.
+constexpr int kPackedDocumentTokens = 64;
+
 struct TileGeometry {
-  int q_start;  // packed index of the document's first query
+  int q_start;  // packed index of the document's (segment's) first query
   int q_len;
   int q0;       // first query row of the tile, relative to q_start
-  int k_start;  // packed index of the document's first key
+  int k_start;  // packed index of the document's (segment's) first key
   int k_len;
   int k_tile_base;  // floor16(k_start): key tiles start here (permuted V̂ᵀ groups)
   int n_tiles;      // key tiles this query tile visits
   int causal_from;  // first key tile that needs the causal mask (n_tiles if none)
+  int first_doc;    // the item's documents: [first_doc, first_doc + doc_count)
+  int doc_count;    // > 1: a segment; each row sees only its own document's keys
 };
 
 // Key tiles needed by the query rows [q0, q0 + rows) of a document, and the first that crosses
@@ -52,15 +60,48 @@ __device__ __forceinline__ TileGeometry tile_geometry(const TileItem& item,
                                                       const int32_t* cu_seqlens_q,
                                                       const int32_t* cu_seqlens_k, bool causal) {
   TileGeometry g;
+  g.first_doc = item.doc;
+  g.doc_count = item.doc_count;
+  const int end_doc = item.doc + item.doc_count;
   g.q_start = cu_seqlens_q[item.doc];
-  g.q_len = cu_seqlens_q[item.doc + 1] - g.q_start;
+  g.q_len = cu_seqlens_q[end_doc] - g.q_start;
   g.k_start = cu_seqlens_k[item.doc];
-  g.k_len = cu_seqlens_k[item.doc + 1] - g.k_start;
+  g.k_len = cu_seqlens_k[end_doc] - g.k_start;
   g.q0 = item.m_block * kBlockM;
   g.k_tile_base = g.k_start / kPermutationGroup * kPermutationGroup;
-  key_tile_range<kBlockN>(g.q0, kBlockM, g.q_len, g.k_start, g.k_len, causal, &g.n_tiles,
-                          &g.causal_from);
+  // A segment visits all its keys, every tile with the per-row document mask.
+  key_tile_range<kBlockN>(g.q0, kBlockM, g.q_len, g.k_start, g.k_len, causal && item.doc_count == 1,
+                          &g.n_tiles, &g.causal_from);
+  if (item.doc_count > 1) g.causal_from = 0;
   return g;
+}
+
+// Visible keys of one query row, as key indices relative to k_start: [first, last].
+struct RowKeyRange {
+  int first;
+  int last;
+};
+
+// The row's range in a segment: its own document's keys (causal: up to its own position).
+// Rows past the segment see nothing.
+__device__ __forceinline__ RowKeyRange segment_row_keys(const TileGeometry& g, int row_local,
+                                                        const int32_t* cu_seqlens_q,
+                                                        const int32_t* cu_seqlens_k, bool causal) {
+  if (row_local >= g.q_len) return {1, 0};
+  const int token = g.q_start + row_local;
+  // the last document of the segment whose first query is <= token (binary search)
+  int lo = g.first_doc, hi = g.first_doc + g.doc_count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (cu_seqlens_q[mid] <= token)
+      lo = mid;
+    else
+      hi = mid - 1;
+  }
+  const int first = cu_seqlens_k[lo] - g.k_start;
+  const int last =
+      causal ? first + (token - cu_seqlens_q[lo]) : cu_seqlens_k[lo + 1] - g.k_start - 1;
+  return {first, last};
 }
 
 }  // namespace flamia::forward
