@@ -90,6 +90,8 @@ def markdown(results: dict) -> str:
     lines = [f"# flamia on {results.get('device', 'H200')}", "",
              f"Commit `{results.get('commit', '?')}`; command: `{results.get('command', '')}`.", ""]
     t = results.get("tests", {})
+    if results.get("commit_note"):
+        lines += [f"Notes: {results['commit_note']}.", ""]
     lines.append(f"Tests: {t.get('passed', 0)} passed, {t.get('failed', 0)} failed, "
                  f"{t.get('skipped', 0)} skipped.")
     qz = results.get("quantize")
