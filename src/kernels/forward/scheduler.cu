@@ -1,43 +1,12 @@
 #include "kernels/forward/scheduler.h"
 
 #include "kernels/common/block_scan.cuh"
+#include "kernels/forward/document_packing.h"
 
 namespace flamia::forward {
 namespace {
 
 constexpr int kPlanThreads = 1024;
-
-// A short document (1..kPackedDocumentTokens queries, at most as many keys) is packed with its
-// neighbours whose first query lies in the same window of kPackedDocumentTokens positions.
-__device__ __forceinline__ bool packable(const int32_t* cu_q, const int32_t* cu_k, int doc) {
-  const int q_len = cu_q[doc + 1] - cu_q[doc];
-  const int k_len = cu_k[doc + 1] - cu_k[doc];
-  return q_len >= 1 && q_len <= kPackedDocumentTokens && k_len <= kPackedDocumentTokens;
-}
-
-__device__ __forceinline__ int packing_window(const int32_t* cu_q, int doc) {
-  return cu_q[doc] / kPackedDocumentTokens;
-}
-
-// The work items of a document: its query tiles; a packable document only if it leads its
-// segment (then one item for all its documents, `doc_count`), otherwise none.
-struct DocumentItems {
-  int blocks;
-  int doc_count;
-};
-
-__device__ __forceinline__ DocumentItems document_items(const int32_t* cu_q, const int32_t* cu_k,
-                                                        int batch, int doc, int block_m) {
-  if (!packable(cu_q, cu_k, doc)) return {(cu_q[doc + 1] - cu_q[doc] + block_m - 1) / block_m, 1};
-  const int window = packing_window(cu_q, doc);
-  if (doc > 0 && packable(cu_q, cu_k, doc - 1) && packing_window(cu_q, doc - 1) == window)
-    return {0, 0};  // packed into a previous document's item
-  int count = 1;
-  while (doc + count < batch && packable(cu_q, cu_k, doc + count) &&
-         packing_window(cu_q, doc + count) == window)
-    ++count;
-  return {1, count};
-}
 
 __device__ __forceinline__ int tile_cost(const int32_t* cu_q, const int32_t* cu_k, int doc,
                                          int doc_count, int m_block, int block_m, int block_n,

@@ -8,18 +8,13 @@
 namespace flamia::forward {
 
 // One work item for one query head: a query tile of one document, or (doc_count > 1) a
-// segment of consecutive short documents sharing one tile (scheduler.cu: packed documents).
+// segment of consecutive short documents sharing one tile (document_packing.h).
 struct alignas(16) TileItem {
   int32_t doc;  // the (first) document
   int32_t head;
   int32_t m_block;
   int32_t doc_count;  // 1, or the documents of a segment
 };
-
-// Documents of at most this many queries and keys whose first query falls into the same
-// window of this many packed query positions share a work item (at most 2 * 64 - 1 < kBlockM
-// rows), instead of costing a whole query tile each.
-constexpr int kPackedDocumentTokens = 64;
 
 struct TileGeometry {
   int q_start;  // packed index of the document's (segment's) first query

@@ -1,0 +1,97 @@
+// The forward's packing of short documents into shared work items (document_packing.h): every
+// document with queries is covered exactly once, a segment is a maximal run of short documents
+// in one window and fits one query tile.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/forward/document_packing.h"
+#include "kernels/forward/forward_config.h"
+
+namespace flamia::forward {
+namespace {
+
+std::vector<int32_t> prefix(const std::vector<int>& lengths) {
+  std::vector<int32_t> cu{0};
+  for (int len : lengths) cu.push_back(cu.back() + len);
+  return cu;
+}
+
+struct Plan {
+  std::vector<int> covered;  // per document: how many items' documents include it
+  int segments = 0;
+  int items = 0;
+};
+
+Plan plan(const std::vector<int32_t>& cu_q, const std::vector<int32_t>& cu_k) {
+  const int batch = int(cu_q.size()) - 1;
+  Plan out;
+  out.covered.assign(batch, 0);
+  for (int doc = 0; doc < batch; ++doc) {
+    const DocumentItems d = document_items(cu_q.data(), cu_k.data(), batch, doc, kBlockM);
+    out.items += d.blocks;
+    if (d.blocks == 0) continue;
+    for (int j = doc; j < doc + d.doc_count; ++j) ++out.covered[j];
+    if (d.doc_count == 1) continue;
+    ++out.segments;
+    const int window = packing_window(cu_q.data(), doc);
+    EXPECT_EQ(d.blocks, 1);
+    EXPECT_LT(cu_q[doc + d.doc_count] - cu_q[doc], kBlockM) << "a segment fits one query tile";
+    for (int j = doc; j < doc + d.doc_count; ++j) {
+      EXPECT_TRUE(packable(cu_q.data(), cu_k.data(), j));
+      EXPECT_EQ(packing_window(cu_q.data(), j), window);
+    }
+    const int after = doc + d.doc_count;  // maximal: the next document does not belong
+    if (after < batch) {
+      EXPECT_FALSE(packable(cu_q.data(), cu_k.data(), after) &&
+                   packing_window(cu_q.data(), after) == window);
+    }
+  }
+  return out;
+}
+
+void expect_every_document_once(const std::vector<int>& q_lens, const Plan& p) {
+  for (size_t doc = 0; doc < q_lens.size(); ++doc)
+    EXPECT_EQ(p.covered[doc], q_lens[doc] > 0 ? 1 : 0) << "document " << doc;
+}
+
+TEST(DocumentPacking, TinyDocumentsShareTiles) {
+  const std::vector<int> lens(2048, 16);
+  const std::vector<int32_t> cu = prefix(lens);
+  const Plan p = plan(cu, cu);
+  expect_every_document_once(lens, p);
+  EXPECT_EQ(p.segments, 512);  // four 16-token documents per 64-position window
+  EXPECT_EQ(p.items, 512);
+}
+
+TEST(DocumentPacking, LongAndEmptyDocumentsAreNotPacked) {
+  const std::vector<int> lens = {5, 64, 1, 33, 0, 17, 63, 2, 200, 9, 40, 64, 64, 1, 130, 7};
+  const std::vector<int32_t> cu = prefix(lens);
+  const Plan p = plan(cu, cu);
+  expect_every_document_once(lens, p);
+  // 200 and 130 tokens: 2 tiles each, alone
+  EXPECT_EQ(document_items(cu.data(), cu.data(), int(lens.size()), 8, kBlockM).blocks, 2);
+  EXPECT_EQ(document_items(cu.data(), cu.data(), int(lens.size()), 14, kBlockM).blocks, 2);
+  EXPECT_GT(p.segments, 0);
+}
+
+TEST(DocumentPacking, RandomLengthsAndCrossLengthsCoverEveryDocumentOnce) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> kind(0, 9), tiny(1, 64), longer(65, 400);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int> q_lens, k_lens;
+    const int batch = 1 + trial % 60;
+    for (int d = 0; d < batch; ++d) {
+      const int k = kind(rng);
+      q_lens.push_back(k == 0 ? 0 : (k < 7 ? tiny(rng) : longer(rng)));
+      // half the trials: keys of other lengths (non-causal cross attention)
+      k_lens.push_back(trial % 2 ? q_lens.back() : (kind(rng) < 8 ? tiny(rng) : longer(rng)));
+    }
+    const Plan p = plan(prefix(q_lens), prefix(k_lens));
+    expect_every_document_once(q_lens, p);
+  }
+}
+
+}  // namespace
+}  // namespace flamia::forward
