@@ -6,7 +6,9 @@ forward+backward time of flamia (FP8, quantization included: BF16 in, BF16 out) 
 baselines available in this PyTorch -- FA2 varlen (torch.nn.attention.varlen.varlen_attn,
 causal = window_size (-1, 0)), FlexAttention with a document mask, and cuDNN SDPA where every
 document has the same length -- plus the FlashAttention-3 anchors of bench/anchors.json
-(measured on this H200 model; counted when faster than this run's best). Accuracy against the
+(measured on this H200 model; counted when faster than this run's best). Where the
+nvidia-cudnn-frontend wheel was carried (scripts/fetch-baseline-wheels), cuDNN's FP8 forward
+kernel on equal-length MHA workloads too, under "fp8_baselines" (not a BF16 baseline). Accuracy against the
 CPU reference of the contract comes from `flamia accuracy` on two query heads.
 
     FLAMIA_LIBRARY=build/libflamia.so PYTHONPATH=python python3 bench/bench_attention.py \
@@ -131,6 +133,52 @@ def bench_cudnn(q, k, v, d_o, doc_lens):
     return time_pair(run)
 
 
+def bench_cudnn_fp8(q, k, v, doc_lens):
+    """cuDNN's FP8 attention forward (nvidia-cudnn-frontend's sdpa_fp8; carried as a wheel by
+    scripts/fetch-baseline-wheels), where every document has the same length: the kernel alone,
+    on operands already in E4M3 (per-tensor unit scales; FP8 output, as Hopper requires), to
+    compare with flamia's forward kernel. Returns ms, or None when the shape does not apply."""
+    import cudnn
+    if len(set(doc_lens)) != 1 or q.shape[1] != k.shape[1]:
+        return None
+    b, seq, heads, dim = len(doc_lens), doc_lens[0], q.shape[1], q.shape[2]
+    e4m3, fp32 = cudnn.data_type.FP8_E4M3, cudnn.data_type.FLOAT
+    handle = cudnn.create_handle()
+    cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream().cuda_stream)
+    graph = cudnn.pygraph(io_data_type=e4m3, intermediate_data_type=fp32,
+                          compute_data_type=fp32, handle=handle)
+    shape = (b, heads, seq, dim)
+    strides = (seq * heads * dim, dim, heads * dim, 1)  # the packed (token, head, dim) layout
+    fp8 = {name: t.view(b, seq, heads, dim).to(torch.float8_e4m3fn)
+           for name, t in (("q", q), ("k", k), ("v", v))}
+    nodes = {name: graph.tensor(name=name, dim=shape, stride=strides, data_type=e4m3)
+             for name in fp8}
+    scalar_names = ("descale_q", "descale_k", "descale_v", "descale_s", "scale_s", "scale_o")
+    scalars = {n: graph.tensor(name=n, dim=(1, 1, 1, 1), stride=(1, 1, 1, 1), data_type=fp32)
+               for n in scalar_names}
+    out, _, amax_s, amax_o = graph.sdpa_fp8(
+        q=nodes["q"], k=nodes["k"], v=nodes["v"], **scalars, generate_stats=False,
+        attn_scale=1.0 / math.sqrt(dim), use_causal_mask=True)
+    out.set_output(True).set_dim(shape).set_stride(strides).set_data_type(e4m3)
+    for amax in (amax_s, amax_o):
+        amax.set_output(True).set_dim((1, 1, 1, 1)).set_stride((1, 1, 1, 1)).set_data_type(fp32)
+    graph.validate()
+    graph.build_operation_graph()
+    graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+    graph.check_support()
+    graph.build_plans()
+    o = torch.empty_like(fp8["q"])
+    amax = [torch.empty(1, 1, 1, 1, dtype=torch.float32, device="cuda") for _ in range(2)]
+    # P in [0, 1] is stored as E4M3 with scale 448 (and read back with 1/448)
+    values = {"descale_q": 1.0, "descale_k": 1.0, "descale_v": 1.0, "descale_s": 1.0 / 448,
+              "scale_s": 448.0, "scale_o": 1.0}
+    pack = {nodes[n]: fp8[n] for n in fp8}
+    pack.update({scalars[n]: torch.full((1, 1, 1, 1), values[n], device="cuda") for n in values})
+    pack.update({out: o, amax_s: amax[0], amax_o: amax[1]})
+    workspace = torch.empty(graph.get_workspace_size(), dtype=torch.uint8, device="cuda")
+    return median_ms(lambda: graph.execute(pack, workspace, handle=handle))
+
+
 _flex_compiled = None
 
 
@@ -223,6 +271,10 @@ def main():
             r = run_baseline(bname, fn, errors)
             if r is not None:
                 baselines[bname] = {"fwd_ms": r[0], "fwdbwd_ms": r[1]}
+        # FP8 baselines (kernel alone; not BF16, so not in best_bf16_*)
+        fp8_ms = run_baseline("cudnn_fp8", lambda: bench_cudnn_fp8(q, k, v, w["doc_lens"]), errors)
+        if fp8_ms is not None:
+            rec["fp8_baselines"] = {"cudnn_fp8": {"fwd_kernel_ms": fp8_ms}}
         # anchors (FlashAttention-3 etc. measured on this H200 model), as ms of this workload
         for key, label in (("fa3_bf16", "fa3_bf16_anchor"), ("cudnn_bf16", "cudnn_bf16_anchor")):
             a = anchors.get(name, {})
