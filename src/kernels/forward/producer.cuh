@@ -38,7 +38,9 @@ __device__ __forceinline__ TileKeyFactors write_key_factors(const ForwardParams&
   const size_t head_row = size_t(w.kv_head) * p.total_k;
   const int key_exp = inside ? p.k_exp[head_row + key] : 0;
   const int value_exp = inside ? p.v_exp[head_row + key] : 0;
-  const int reference_exp = p.v_exp[head_row + max(key_tile_start, w.geo.k_start)];
+  const int reference_key = max(key_tile_start, w.geo.k_start);  // none if k_len == 0
+  const int reference_exp =
+      reference_key < w.geo.k_start + w.geo.k_len ? p.v_exp[head_row + reference_key] : 0;
   const int relative_exp = reference_exp - value_exp;
   // A segment's rows belong to different documents: no shared reference key, so all its keys
   // take the FP32 fallback (its tiles are few and small).
