@@ -15,21 +15,15 @@ namespace flamia::forward {
 
 constexpr int kKeysPerProducerThread = 1;  // key tile / producer threads (static_assert below)
 
-// What a producer thread keeps of its key between the K̂ and the V̂ᵀ half of a stage.
-struct TileKeyFactors {
-  int key;               // tile-relative key index
-  uint8_t row_sum_byte;  // e4m3 2^(ev_ref - ev_j), or 0 (outside the document or the window)
-};
-
-// Per-key factors of one key tile into the stage's factor records, and the row-sum byte of this
-// thread's key. ev_ref is the value exponent of the tile's first key inside the document: every
-// row that sees any key of the tile sees that one (causal: it is the earliest), so the split
+// Per-key factors of one key tile into the stage's factor records; returns the row-sum byte of
+// this thread's key (key threadIdx % 128 of the tile): e4m3 2^(ev_ref - ev_j), or 0 outside the
+// document or the window. ev_ref is the value exponent of the tile's first key inside the document:
+// every row that sees any key of the tile sees that one (causal: it is the earliest), so the split
 // between the MMA's row sum and the FP32 fallback never depends on a key the row cannot see.
 template <int kHeadDim>
-__device__ __forceinline__ TileKeyFactors write_key_factors(const ForwardParams& p,
-                                                            const WorkItem& w, int key_tile_start,
-                                                            SharedStorage<kHeadDim>& smem,
-                                                            int stage) {
+__device__ __forceinline__ uint8_t write_key_factors(const ForwardParams& p, const WorkItem& w,
+                                                     int key_tile_start,
+                                                     SharedStorage<kHeadDim>& smem, int stage) {
   using Tile = ForwardTile<kHeadDim>;
   static_assert(Tile::kBlockN == kKeysPerProducerThread * kWarpgroupThreads, "one key a thread");
   const int j = threadIdx.x % kWarpgroupThreads;
@@ -55,22 +49,22 @@ __device__ __forceinline__ TileKeyFactors write_key_factors(const ForwardParams&
   pair.fallback_inv_value_scale[j & 1] = inside && !in_window ? f.inv_value_scale : 0.0f;
   const uint32_t fallback_keys = __ballot_sync(0xffffffffu, inside && !in_window);
   if (j % 32 == 0) smem.row_sum_fallback[stage][j / 32] = fallback_keys;
-  const uint8_t byte = inside && in_window ? e4m3_encode(exp2_int(relative_exp)) : uint8_t(0);
-  return {j, byte};
+  return inside && in_window ? e4m3_encode(exp2_int(relative_exp)) : uint8_t(0);
 }
 
 // The kRowSumColumns rows after the V̂ᵀ tile: this thread's key byte in each (the key's permuted
 // slot, the tile's 128B swizzle).
 template <int kHeadDim>
-__device__ __forceinline__ void write_row_sum_rows(const TileKeyFactors& keys, uint8_t* vt_tile) {
+__device__ __forceinline__ void write_row_sum_rows(uint8_t row_sum_byte, uint8_t* vt_tile) {
   using Tile = ForwardTile<kHeadDim>;
   static_assert(Tile::kVtSubtiles == 1 && Tile::kVtSubtileKeys == 128,
                 "row-sum rows are written for one 128-key V̂ᵀ sub-tile");
-  const int slot = keys.key / kPermutationGroup * kPermutationGroup +
-                   permuted_slot(keys.key % kPermutationGroup);
+  const int key = threadIdx.x % kWarpgroupThreads;
+  const int slot =
+      key / kPermutationGroup * kPermutationGroup + permuted_slot(key % kPermutationGroup);
 #pragma unroll
   for (int r = 0; r < Tile::kRowSumColumns; ++r)
-    vt_tile[hopper::swizzled_offset<128>(kHeadDim + r, slot)] = keys.row_sum_byte;
+    vt_tile[hopper::swizzled_offset<128>(kHeadDim + r, slot)] = row_sum_byte;
 }
 
 template <int kHeadDim>
@@ -104,7 +98,7 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p,
       const uint32_t reuse_phase = ((iteration / Tile::kStages) & 1) ^ 1;
       const int key_tile_start = w.geo.k_tile_base + n * Tile::kBlockN;
       if (iteration >= Tile::kStages) hopper::mbarrier_wait(&smem.k_empty[stage], reuse_phase);
-      const TileKeyFactors keys = write_key_factors<kHeadDim>(p, w, key_tile_start, smem, stage);
+      const uint8_t row_sum_byte = write_key_factors<kHeadDim>(p, w, key_tile_start, smem, stage);
       if (issues_tma) {
         hopper::mbarrier_arrive_expect_tx(&smem.k_full[stage], Tile::kKTileBytes);
         hopper::tma_load_3d(smem.k[stage], &p.k_map, &smem.k_full[stage], 0, w.kv_head,
@@ -113,7 +107,7 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p,
         hopper::mbarrier_arrive(&smem.k_full[stage]);
       }
       if (iteration >= Tile::kStages) hopper::mbarrier_wait(&smem.v_empty[stage], reuse_phase);
-      write_row_sum_rows<kHeadDim>(keys, smem.vt[stage][0]);
+      write_row_sum_rows<kHeadDim>(row_sum_byte, smem.vt[stage][0]);
       hopper::fence_proxy_async_shared();  // the P̂·V̂ wgmma reads those rows
       if (issues_tma) {
         hopper::mbarrier_arrive_expect_tx(&smem.v_full[stage], Tile::kVTileBytes);
