@@ -1,6 +1,6 @@
 // The forward's packing of short documents into shared work items (document_packing.h): every
 // document with queries is covered exactly once, a segment is a maximal run of short documents
-// in one window and fits one query tile.
+// in one window and fits one query tile, and each of its rows sees its own document's keys.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -90,6 +90,43 @@ TEST(DocumentPacking, RandomLengthsAndCrossLengthsCoverEveryDocumentOnce) {
     }
     const Plan p = plan(prefix(q_lens), prefix(k_lens));
     expect_every_document_once(q_lens, p);
+  }
+}
+
+// Every row of every segment sees exactly its own document's keys (causal: up to itself), by
+// brute force over the documents.
+TEST(DocumentPacking, SegmentRowsSeeTheirOwnDocumentsKeys) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> len(0, 64);
+  for (int trial = 0; trial < 100; ++trial) {
+    const bool causal = trial % 2 == 0;
+    std::vector<int> q_lens, k_lens;
+    for (int d = 0; d < 40; ++d) {
+      q_lens.push_back(len(rng));
+      k_lens.push_back(causal ? q_lens.back() : len(rng));
+    }
+    const std::vector<int32_t> cu_q = prefix(q_lens), cu_k = prefix(k_lens);
+    const int batch = int(q_lens.size());
+    for (int doc = 0; doc < batch; ++doc) {
+      const DocumentItems d = document_items(cu_q.data(), cu_k.data(), batch, doc, kBlockM);
+      if (d.doc_count < 2) continue;
+      const int q_start = cu_q[doc], k_start = cu_k[doc];
+      const int q_len = cu_q[doc + d.doc_count] - q_start;
+      for (int row = 0; row < kBlockM; ++row) {
+        const RowKeyRange r = segment_row_keys(doc, d.doc_count, q_start, q_len, k_start, row,
+                                               cu_q.data(), cu_k.data(), causal);
+        if (row >= q_len) {
+          EXPECT_GT(r.first, r.last) << "a row past the segment sees nothing";
+          continue;
+        }
+        int own = doc;
+        while (cu_q[own + 1] <= q_start + row) ++own;
+        const int first = cu_k[own] - k_start;
+        const int last = causal ? first + (q_start + row - cu_q[own]) : cu_k[own + 1] - k_start - 1;
+        EXPECT_EQ(r.first, first) << "trial " << trial << " row " << row;
+        EXPECT_EQ(r.last, last) << "trial " << trial << " row " << row;
+      }
+    }
   }
 }
 

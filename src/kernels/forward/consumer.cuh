@@ -82,8 +82,9 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
     RowKeyRange row_keys[kRowsPerThread];  // visible keys (kCausal: keys up to the row)
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r)
-      row_keys[r] = segment ? segment_row_keys(w.geo, row_local[r], p.cu_seqlens_q, p.cu_seqlens_k,
-                                               p.causal != 0)
+      row_keys[r] = segment ? segment_row_keys(w.geo.first_doc, w.geo.doc_count, w.geo.q_start,
+                                               w.geo.q_len, w.geo.k_start, row_local[r],
+                                               p.cu_seqlens_q, p.cu_seqlens_k, p.causal != 0)
                             : RowKeyRange{0, row_local[r]};
     RowState state;
 #pragma unroll

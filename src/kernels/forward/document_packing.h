@@ -43,4 +43,33 @@ FLAMIA_HD DocumentItems document_items(const int32_t* cu_q, const int32_t* cu_k,
   return {1, count};
 }
 
+// Visible keys of one query row, as key indices relative to the item's k_start: [first, last].
+struct RowKeyRange {
+  int first;
+  int last;
+};
+
+// A row's range in a segment of documents [first_doc, first_doc + doc_count) whose queries start
+// at q_start (q_len rows) and keys at k_start: its own document's keys (causal: up to its own
+// position). Rows past the segment see nothing.
+FLAMIA_HD RowKeyRange segment_row_keys(int first_doc, int doc_count, int q_start, int q_len,
+                                       int k_start, int row_local, const int32_t* cu_q,
+                                       const int32_t* cu_k, bool causal) {
+  if (row_local >= q_len) return {1, 0};
+  const int token = q_start + row_local;
+  // the last document of the segment whose first query is <= token (binary search)
+  int lo = first_doc, hi = first_doc + doc_count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (cu_q[mid] <= token) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  const int first = cu_k[lo] - k_start;
+  const int last = causal ? first + (token - cu_q[lo]) : cu_k[lo + 1] - k_start - 1;
+  return {first, last};
+}
+
 }  // namespace flamia::forward

@@ -6,7 +6,7 @@
 
 #include "kernels/common/softmax_numerics.cuh"
 #include "kernels/forward/forward_config.h"
-#include "kernels/forward/tile_geometry.cuh"
+#include "kernels/forward/document_packing.h"
 
 namespace flamia::forward {
 

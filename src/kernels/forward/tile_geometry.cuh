@@ -71,32 +71,4 @@ __device__ __forceinline__ TileGeometry tile_geometry(const TileItem& item,
   return g;
 }
 
-// Visible keys of one query row, as key indices relative to k_start: [first, last].
-struct RowKeyRange {
-  int first;
-  int last;
-};
-
-// The row's range in a segment: its own document's keys (causal: up to its own position).
-// Rows past the segment see nothing.
-__device__ __forceinline__ RowKeyRange segment_row_keys(const TileGeometry& g, int row_local,
-                                                        const int32_t* cu_seqlens_q,
-                                                        const int32_t* cu_seqlens_k, bool causal) {
-  if (row_local >= g.q_len) return {1, 0};
-  const int token = g.q_start + row_local;
-  // the last document of the segment whose first query is <= token (binary search)
-  int lo = g.first_doc, hi = g.first_doc + g.doc_count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (cu_seqlens_q[mid] <= token)
-      lo = mid;
-    else
-      hi = mid - 1;
-  }
-  const int first = cu_seqlens_k[lo] - g.k_start;
-  const int last =
-      causal ? first + (token - cu_seqlens_q[lo]) : cu_seqlens_k[lo + 1] - g.k_start - 1;
-  return {first, last};
-}
-
 }  // namespace flamia::forward
