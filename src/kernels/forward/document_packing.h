@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
+#include "common/sorted_search.h"
 
 namespace flamia::forward {
 
@@ -57,16 +58,9 @@ FLAMIA_HD RowKeyRange segment_row_keys(int first_doc, int doc_count, int q_start
                                        const int32_t* cu_k, bool causal) {
   if (row_local >= q_len) return {1, 0};
   const int token = q_start + row_local;
-  // the last document of the segment whose first query is <= token (binary search)
-  int lo = first_doc, hi = first_doc + doc_count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (cu_q[mid] <= token) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
+  // the last document of the segment whose first query is <= token
+  const int lo =
+      first_doc - 1 + upper_bound_by([&](int i) { return cu_q[first_doc + i]; }, doc_count, token);
   const int first = cu_k[lo] - k_start;
   const int last = causal ? first + (token - cu_q[lo]) : cu_k[lo + 1] - k_start - 1;
   return {first, last};

@@ -4,7 +4,7 @@
 // multiplies the keys' common component.
 #include <cuda_bf16.h>
 
-#include "kernels/quantize/document_lookup.cuh"
+#include "common/sorted_search.h"
 #include "kernels/quantize/quantize.h"
 
 namespace flamia {
@@ -22,7 +22,7 @@ __global__ void __launch_bounds__(kCenterThreads)
   const int token = blockIdx.x;
   // document b holds token t when cu[b] <= t < cu[b + 1]: b = (entries <= t) - 1
   const int entries_le =
-      quantize::upper_bound_by([&](int i) { return __ldg(cu_seqlens_k + i); }, batch + 1, token);
+      upper_bound_by([&](int i) { return __ldg(cu_seqlens_k + i); }, batch + 1, token);
   const int first = __ldg(cu_seqlens_k + entries_le - 1);
   const auto* in = static_cast<const __nv_bfloat16*>(k.data);
   for (int e = threadIdx.x; e < heads * head_dim; e += blockDim.x) {

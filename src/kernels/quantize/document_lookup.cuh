@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "common/sorted_search.h"
+
 #include "kernels/quantize/quantize_job.h"
 
 namespace flamia::quantize {
@@ -33,21 +35,6 @@ __device__ __forceinline__ int cooperative_count_le(const int32_t* cu, int n, in
   }
   const int probe = lo + int(threadIdx.x);
   return lo + __syncthreads_count(probe < hi && __ldg(cu + probe) <= x);
-}
-
-// First index i in [0, n) with a[i] > x, or n (a sorted).
-template <typename Load>
-__device__ __forceinline__ int upper_bound_by(Load load, int n, int x) {
-  int lo = 0, hi = n;
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (load(mid) <= x) {
-      lo = mid + 1;
-    } else {
-      hi = mid;
-    }
-  }
-  return lo;
 }
 
 struct DocumentOf {
