@@ -4,7 +4,7 @@ the backward kernel (fp8, fp8-bf16grad, deterministic) on operands already quant
 quantization and host overhead are left out. Writes one JSON.
 
     python3 bench/run_kernels.py --json OUT/kernels.json [--build build] [--workloads a,b]
-        [--workloads-file bench/workloads_extra.json]
+        [--workloads-file bench/workloads_extra.json] [--forward-only]
 """
 from __future__ import annotations
 
@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--build", default=str(ROOT / "build"))
     ap.add_argument("--workloads", default="")
     ap.add_argument("--workloads-file", default=str(ROOT / "bench/workloads.json"))
+    ap.add_argument("--forward-only", action="store_true", help="skip the backward kernel")
     opts = ap.parse_args()
     build = Path(opts.build)
     workloads = json.loads(Path(opts.workloads_file).read_text())["workloads"]
@@ -43,8 +44,9 @@ def main() -> None:
     for name in chosen:
         w = workloads[name]
         rec = {"forward": run(build / "bench_forward_kernel", w, [])}
+        variants = {} if opts.forward_only else BACKWARD_VARIANTS
         rec["backward"] = {v: run(build / "bench_backward_kernel", w, extra)
-                           for v, extra in BACKWARD_VARIANTS.items()}
+                           for v, extra in variants.items()}
         results["workloads"][name] = rec
         fwd, bwd = rec["forward"], rec["backward"]
         print(f"{name:18s} fwd {fwd.get('ms', float('nan')):.3f} ms "

@@ -49,24 +49,27 @@ __device__ __forceinline__ void pass_dq_turn(int32_t* semaphore, int next_turn) 
 
 // dq: the warpgroup's m64n(D/2) partial of the tile (rows = queries q0 + 0..63, columns =
 // d0 + 0..D/2-1); each row scaled by softmax_scale * 2^gq_i (qf.dq_scale) and added to the
-// buffer [total_q][Hq][D]. Rows outside the document are never touched.
-template <int kHeadDim, int kRegisters>
+// buffer [total_q][Hq][D]. Rows outside the document are never touched. kOrdered: plain
+// read-add-write in the caller's turn (deterministic), else float2 atomics. One row pointer per
+// row, so the thread's columns 8 c + 2 (lane & 3) are constant offsets from it.
+template <int kHeadDim, bool kOrdered, int kRegisters>
 __device__ __forceinline__ void add_dq_partial(const BackwardParams& p,
                                                const float (&dq)[kRegisters],
                                                const QueryFactors& qf, int head, int q0, int d0,
-                                               int warp, int lane, bool ordered) {
+                                               int warp, int lane) {
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const int row = 16 * warp + lane / 4 + 8 * r;
     if (qf.visibility[row] == kQueryOutside) continue;
     const float scale = qf.dq_scale[row];
-    float* out = p.dq_accum + (int64_t(q0 + row) * p.heads_q + head) * kHeadDim + d0;
+    float* out = p.dq_accum + (int64_t(q0 + row) * p.heads_q + head) * kHeadDim + d0 +
+                 register_column(lane, 0);
 #pragma unroll
     for (int i = 0; i < kRegisters; i += 2) {
       if (register_row(i) != r) continue;
-      float2* at = reinterpret_cast<float2*>(out + register_column(lane, i));
+      float2* at = reinterpret_cast<float2*>(out + register_column_offset(i));
       const float2 add = make_float2(dq[i] * scale, dq[i + 1] * scale);
-      if (ordered) {
+      if constexpr (kOrdered) {
         float2 sum = __ldcg(at);
         sum.x += add.x;
         sum.y += add.y;

@@ -157,7 +157,7 @@ __device__ __forceinline__ void finish_step_loads(BackwardStorage<kHeadDim, kBf1
   if (step.valid(item)) {
     const int head = step.head(item, p.group_size);
     finish_query_tiles<kHeadDim, kBf16Grad>(smem.stage[step.stage], p, item, head, step.q0);
-    factors.store(smem.query[step.stage], p, item, step.q0);
+    factors.store<kBf16Grad>(smem.query[step.stage], p, item, step.q0);
   }
   hopper::fence_proxy_async_shared();
   __syncthreads();

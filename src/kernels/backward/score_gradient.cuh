@@ -16,20 +16,39 @@
 
 namespace flamia::backward {
 
+// Register i of a thread's Sᵀ / dPᵀ accumulator: group i / 4 covers columns (col, col + 1) of
+// column_of_group and the thread's two rows: i % 4 = {0: (row 0, col), 1: (row 0, col + 1),
+// 2: (row 1, col), 3: (row 1, col + 1)} (register_row / register_column).
+constexpr int kRegistersPerGroup = 4;
+__device__ __forceinline__ int column_of_group(int group, int lane) {
+  return register_column(lane, kRegistersPerGroup * group);
+}
+
 // Steps 1-2 of numerics §5 in place: s (Sᵀ) becomes p = exp2(t - M + 8), 0 where masked. The t
 // and p sequence is the forward's (score_exponent, unnormalized_probability with the saved
-// M_i), so e4m3(p) is the forward's P̂.
+// M_i), so e4m3(p) is the forward's P̂. kMasked = false: every pair of the step is visible
+// (step_is_unmasked), so no mask is evaluated.
+template <bool kMasked>
 __device__ __forceinline__ void rebuild_probabilities(float (&s)[kScoreRegisters],
                                                       const KeyRowFactors& key,
                                                       const QueryFactors& qf, int lane) {
 #pragma unroll
-  for (int i = 0; i < kScoreRegisters; ++i) {
-    const int r = register_row(i);
-    const int col = register_column(lane, i);
-    const float t = score_exponent(s[i], key.score[r].key_scale, qf.row_factor[col],
-                                   key.score[r].value_exponent);
-    const bool visible = key.visibility[r] <= qf.visibility[col];
-    s[i] = visible ? unnormalized_probability(t, qf.offset[col]) : 0.0f;
+  for (int group = 0; group < kScoreRegisters / kRegistersPerGroup; ++group) {
+    const int col = column_of_group(group, lane);
+    const float2 row_factor = column_pair(qf.row_factor, col);
+    const float2 offset = column_pair(qf.offset, col);
+    const int2 visibility = kMasked ? column_pair(qf.visibility, col) : make_int2(0, 0);
+#pragma unroll
+    for (int e = 0; e < kRegistersPerGroup; ++e) {
+      const int i = kRegistersPerGroup * group + e;
+      const int r = register_row(i);
+      const bool odd = (e & 1) != 0;
+      const float t = score_exponent(s[i], key.score[r].key_scale, qf.row_factor[col + odd],
+                                     key.score[r].value_exponent);
+      const float probability = unnormalized_probability(t, qf.offset[col + odd]);
+      const bool visible = !kMasked || key.visibility[r] <= qf.visibility[col + odd];
+      s[i] = visible ? probability : 0.0f;
+    }
   }
 }
 
@@ -38,37 +57,58 @@ __device__ __forceinline__ void rebuild_probabilities(float (&s)[kScoreRegisters
 constexpr int kScoreHalves = 2;
 constexpr int kHalfScoreRegisters = kScoreRegisters / kScoreHalves;
 
-// Steps 3-5 for query columns 32 half .. 32 half + 31 (registers 16 half + i of the full tile):
-//   FP8:      dP = (dPraw * 2^edo_i) * 2^ev_j
-//   BF16grad: dP = dPraw (BF16 dO · V)
-//   P = (P̂ * 2^-ev_j) / l_i with P̂ = e4m3(p), the probability the forward's P̂·V̂ used (l_i
-//   sums the same P̂), dS = P * (dP - D_i); BF16grad rounds dS to BF16 (the value its products
-//   read). Registers 2m, 2m+1 are one row's adjacent columns: one conversion rounds both.
-template <bool kBf16Grad, int kHalf>
+// Steps 3-5 for query columns 32 half .. 32 half + 31 (registers 16 half + i of the full tile),
+// with P̂ = e4m3(p), the probability the forward's P̂·V̂ used (l_i sums the same P̂):
+//   FP8:      x = dS * 2^eq_i (QueryFactors), as
+//             x = (P̂ * (2^eq_i / l_i)) * fma(dPraw, 2^edo_i, -(D_i * 2^-ev_j)),
+//             which is bitwise 2^eq_i * P * (dP - D_i) with P = (P̂ 2^-ev_j) / l_i and
+//             dP = (dPraw 2^edo_i) 2^ev_j: the powers of two 2^ev_j and 2^-ev_j cancel
+//             exactly (FP32 normal range), leaving 4 operations per element instead of 6.
+//   BF16grad: dS = ((P̂ * 2^-ev_j) / l_i) * (dPraw - D_i) (BF16 dO · V), rounded to BF16 (the
+//             value its products read).
+// Registers 2m, 2m+1 are one row's adjacent columns: one conversion rounds both.
+template <bool kBf16Grad, int kHalf, bool kMasked>
 __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegisters],
                                                     const float (&dp)[kHalfScoreRegisters],
                                                     float (&ds)[kScoreRegisters],
                                                     const KeyRowFactors& key,
                                                     const QueryFactors& qf, int lane) {
+  constexpr int kGroupsPerHalf = kHalfScoreRegisters / kRegistersPerGroup;
 #pragma unroll
-  for (int k = 0; k < kHalfScoreRegisters; k += 2) {
-    const int i0 = kHalf * kHalfScoreRegisters + k;
-    const float2 p_hat = round_to_e4m3x2(p[i0], p[i0 + 1]);
-    const float p_hat_pair[2] = {p_hat.x, p_hat.y};
+  for (int g = 0; g < kGroupsPerHalf; ++g) {
+    const int group = kHalf * kGroupsPerHalf + g;
+    const int col = column_of_group(group, lane);
+    const float2 probability_scale = kBf16Grad ? float2{} : column_pair(qf.probability_scale, col);
+    const float2 d_o_scale = kBf16Grad ? float2{} : column_pair(qf.d_o_scale, col);
+    const float2 delta = kBf16Grad ? float2{} : column_pair(qf.delta, col);
+    const int2 visibility = kMasked ? column_pair(qf.visibility, col) : make_int2(0, 0);
 #pragma unroll
-    for (int e = 0; e < 2; ++e) {
-      const int i = i0 + e;
-      const int r = register_row(i);
-      const int col = register_column(lane, i);
-      float dpi = dp[k + e];
-      if constexpr (!kBf16Grad)
-        dpi = __fmul_rn(__fmul_rn(dpi, qf.d_o_scale[col]), key.value_scale[r]);
-      const float prob =
-          __fmul_rn(__fmul_rn(p_hat_pair[e], key.score[r].inv_value_scale), qf.inv_l[col]);
-      const bool visible = key.visibility[r] <= qf.visibility[col];
-      float grad = visible ? __fmul_rn(prob, __fsub_rn(dpi, qf.delta[col])) : 0.0f;
-      if constexpr (kBf16Grad) grad = __bfloat162float(__float2bfloat16_rn(grad));
-      ds[i] = grad;
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      const int i0 = kRegistersPerGroup * group + 2 * r;  // (row r, col), (row r, col + 1)
+      const float2 p_hat = round_to_e4m3x2(p[i0], p[i0 + 1]);
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int i = i0 + e;
+        const float p_hat_e = e ? p_hat.y : p_hat.x;
+        const float dp_raw = dp[i - kHalf * kHalfScoreRegisters];
+        float grad;
+        if constexpr (kBf16Grad) {
+          // (per-element factor loads: the BF16grad kernel has no registers for the pairs)
+          const float prob = __fmul_rn(__fmul_rn(p_hat_e, key.score[r].inv_value_scale),
+                                       qf.probability_scale[col + e]);
+          grad = __fmul_rn(prob, __fsub_rn(dp_raw, qf.delta[col + e]));
+          grad = __bfloat162float(__float2bfloat16_rn(grad));
+        } else {
+          const float scaled_prob =
+              __fmul_rn(p_hat_e, e ? probability_scale.y : probability_scale.x);
+          const float shifted_delta =
+              __fmul_rn(e ? delta.y : delta.x, key.score[r].inv_value_scale);
+          grad = __fmul_rn(scaled_prob,
+                           __fmaf_rn(dp_raw, e ? d_o_scale.y : d_o_scale.x, -shifted_delta));
+        }
+        const bool visible = !kMasked || key.visibility[r] <= (e ? visibility.y : visibility.x);
+        ds[i] = visible ? grad : 0.0f;
+      }
     }
   }
 }
@@ -114,23 +154,18 @@ __device__ __forceinline__ void accumulator_to_bf16_operand(const float (&x)[kRe
     for (int w = 0; w < 4; ++w) a[kk][w] = pack_bf16x2(x[8 * kk + 2 * w], x[8 * kk + 2 * w + 1]);
 }
 
-// dK's dS operand (numerics §5.8): per key row j, x_ij = dS_ij * 2^eq_i over the tile's 64
-// queries, gk_j = scale_exponent(max |x_ij|) (quad shuffles: the 4 lanes of a row), and
-// Ĥ = e4m3(x * 2^-gk_j) packed as the A operand of dK += Ĥᵀ Q̂. A row whose amax is 0 (masked,
-// or no visible query) keeps its previous exponent: its Ĥ is 0 either way, and the accumulator
-// is not rescaled needlessly.
-__device__ __forceinline__ void key_gradient_operand(const float (&ds)[kScoreRegisters],
-                                                     const QueryFactors& qf, int lane,
+// dK's dS operand (numerics §5.8) from x = dS * 2^eq (score_gradient_half): per key row j,
+// gk_j = scale_exponent(max_i |x_ij|) over the tile's 64 queries (quad shuffles: the 4 lanes of a
+// row), and Ĥ = e4m3(x * 2^-gk_j) packed as the A operand of dK += Ĥᵀ Q̂. A row whose amax is 0
+// (masked, or no visible query) keeps its previous exponent: its Ĥ is 0 either way, and the
+// accumulator is not rescaled needlessly.
+__device__ __forceinline__ void key_gradient_operand(const float (&x)[kScoreRegisters],
                                                      int (&gk)[kRowsPerThread],
                                                      uint32_t (&h)[kScoreRegisters / 16][4]) {
-  // Two passes over dS (x recomputed, bit-identical) so that no second 32-register array is
-  // live next to dS and the dK, dV accumulators.
   float amax[kRowsPerThread] = {0.0f, 0.0f};
 #pragma unroll
-  for (int i = 0; i < kScoreRegisters; ++i) {
-    const float x = __fmul_rn(ds[i], qf.q_scale[register_column(lane, i)]);
-    amax[register_row(i)] = fmaxf(amax[register_row(i)], fabsf(x));
-  }
+  for (int i = 0; i < kScoreRegisters; ++i)
+    amax[register_row(i)] = fmaxf(amax[register_row(i)], fabsf(x[i]));
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     amax[r] = fmaxf(amax[r], __shfl_xor_sync(0xffffffffu, amax[r], 1));
@@ -138,10 +173,7 @@ __device__ __forceinline__ void key_gradient_operand(const float (&ds)[kScoreReg
     if (amax[r] > 0.0f) gk[r] = scale_exponent(amax[r]);
   }
   const float inv_scale[kRowsPerThread] = {exp2_int(-gk[0]), exp2_int(-gk[1])};
-  auto h_value = [&](int i) {
-    const float x = __fmul_rn(ds[i], qf.q_scale[register_column(lane, i)]);
-    return __fmul_rn(x, inv_scale[register_row(i)]);
-  };
+  auto h_value = [&](int i) { return __fmul_rn(x[i], inv_scale[register_row(i)]); };
 #pragma unroll
   for (int kk = 0; kk < kScoreRegisters / 16; ++kk)
 #pragma unroll
@@ -152,29 +184,47 @@ __device__ __forceinline__ void key_gradient_operand(const float (&ds)[kScoreReg
                              h_value(fp8_operand_source_register(kk, w, 3)));
 }
 
-// dQ's dS block scale (numerics §5.7), first half: this warp's maximum of |dS_ij * 2^ekc_j| over
-// its 16 keys for each of the tile's 64 query columns, into column_amax[warp][col] (lanes 0-3
-// write; the shuffles over lane bits 2-4 combine the 8 row groups of the warp).
-__device__ __forceinline__ void query_gradient_column_amax(const float (&ds)[kScoreRegisters],
-                                                           const KeyRowFactors& key, int lane,
-                                                           float* column_amax_of_warp) {
+// One level of query_gradient_column_amax's butterfly: the lanes that differ in lane bit kBit
+// swap halves of their first kValues maxima; each keeps one half, combined with the partner's.
+template <int kBit, int kValues, int kSize>
+__device__ __forceinline__ void butterfly_max_level(float (&m)[kSize], int lane) {
+  const bool upper = (lane & kBit) != 0;  // keeps the upper half
 #pragma unroll
-  for (int pair = 0; pair < kScoreRegisters / 4; ++pair) {
-#pragma unroll
-    for (int b = 0; b < 2; ++b) {
-      const int i0 = 4 * pair + b;  // row 0 of the thread, column 8 pair + 2 (lane & 3) + b
-      const int i1 = i0 + 2;        // row 1, same column
-      float m = fmaxf(fabsf(__fmul_rn(ds[i0], key.centered_scale[0])),
-                      fabsf(__fmul_rn(ds[i1], key.centered_scale[1])));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 4));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 8));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 16));
-      if (lane < 4) column_amax_of_warp[register_column(lane, i0)] = m;
-    }
+  for (int j = 0; j < kValues / 2; ++j) {
+    const float send = upper ? m[j] : m[j + kValues / 2];
+    const float keep = upper ? m[j + kValues / 2] : m[j];
+    m[j] = fmaxf(keep, __shfl_xor_sync(0xffffffffu, send, kBit));
   }
 }
 
-// Second half (threads 0..63, after a barrier): gq_i over the CTA's 8 warps = 128 keys.
+// dQ's dS block scale (numerics §5.7), first half: this warp's maximum of |x_ij * 2^ekc_j|
+// (= |dS_ij * 2^ekc_j| * 2^eq_i) over its 16 keys for each of the tile's 64 query columns, into
+// column_amax[warp][col]. A thread starts with the maxima of its 16 columns over its two rows; a
+// butterfly over lane bits 4, 3, 2 (the 8 lanes that share lane & 3, i.e. the same columns) then
+// halves the columns a lane holds at each level while combining the partner's rows, so that lane
+// l ends with columns 2l and 2l + 1 over all 16 rows (maxima are exact in any order).
+__device__ __forceinline__ void query_gradient_column_amax(const float (&x)[kScoreRegisters],
+                                                           const KeyRowFactors& key, int lane,
+                                                           float* column_amax_of_warp) {
+  constexpr int kColumns = kScoreRegisters / kRowsPerThread;  // per thread: 16
+  float m[kColumns];  // m[k]: column 8 (k / 2) + 2 (lane & 3) + (k & 1)
+#pragma unroll
+  for (int k = 0; k < kColumns; ++k) {
+    const int i0 = kRegistersPerGroup * (k / 2) + (k & 1);  // row 0; row 1 is i0 + 2
+    m[k] = fmaxf(fabsf(__fmul_rn(x[i0], key.centered_scale[0])),
+                 fabsf(__fmul_rn(x[i0 + 2], key.centered_scale[1])));
+  }
+  butterfly_max_level<16, kColumns>(m, lane);
+  butterfly_max_level<8, kColumns / 2>(m, lane);
+  butterfly_max_level<4, kColumns / 4>(m, lane);
+  // m[0], m[1]: columns 8 (lane >> 2) + 2 (lane & 3) + {0, 1} = 2 lane + {0, 1}
+  *reinterpret_cast<float2*>(&column_amax_of_warp[2 * lane]) = make_float2(m[0], m[1]);
+}
+
+// Second half (threads 0..63, after a barrier): gq_i over the CTA's 8 warps = 128 keys, from
+// max_j |dS_ij 2^ekc_j| = 2^-eq_i max_j |x_ij 2^ekc_j| (exact). Ĝ's factor 2^-(gq_i + eq_i) is
+// clamped to FP32's normal powers of two (power_of_two): it leaves that range only when both dS
+// and q are below ~2^-60, where it loses precision rather than producing Inf or NaN.
 __device__ __forceinline__ void query_gradient_block_scales(QueryFactors& qf,
                                                             const float (*column_amax)[kBlockM],
                                                             float softmax_scale) {
@@ -183,31 +233,32 @@ __device__ __forceinline__ void query_gradient_block_scales(QueryFactors& qf,
   float amax = 0.0f;
 #pragma unroll
   for (int w = 0; w < kWarps; ++w) amax = fmaxf(amax, column_amax[w][col]);
-  const int gq = scale_exponent(amax);
+  const float q_inv_scale = qf.q_inv_scale[col];
+  const int gq = scale_exponent(__fmul_rn(amax, q_inv_scale));
   qf.dq_scale[col] = softmax_scale * exp2_int(gq);
-  qf.dq_inv_block_scale[col] = exp2_int(-gq);
+  qf.dq_operand_scale[col] = __fmul_rn(power_of_two(-gq), q_inv_scale);
 }
 
-// Ĝ = e4m3(dS_ij * 2^ekc_j * 2^-gq_i) stored transposed into the dQ A-operand tile
-// g[query][key] (128-byte swizzled rows of the tile's 128 keys): the 8-bit transpose through
-// shared memory. Each pack converts two keys (the thread's rows r, r + 8) of two queries.
-__device__ __forceinline__ void store_query_gradient_operand(const float (&ds)[kScoreRegisters],
+// Ĝ = e4m3(x_ij * 2^ekc_j * 2^-(gq_i + eq_i)) (= e4m3(dS_ij 2^ekc_j 2^-gq_i)) stored transposed
+// into the dQ A-operand tile g[query][key] (128-byte swizzled rows of the tile's 128 keys): the
+// 8-bit transpose through shared memory. Each pack converts two keys (the thread's rows r, r + 8)
+// of two queries.
+__device__ __forceinline__ void store_query_gradient_operand(const float (&x)[kScoreRegisters],
                                                              const KeyRowFactors& key,
                                                              const QueryFactors& qf, int lane,
                                                              const int (&tile_row)[kRowsPerThread],
                                                              uint8_t* g) {
 #pragma unroll
-  for (int pair = 0; pair < kScoreRegisters / 4; ++pair) {
-    const int col = register_column(lane, 4 * pair);
-    const float inv0 = qf.dq_inv_block_scale[col];
-    const float inv1 = qf.dq_inv_block_scale[col + 1];
-    // Registers 4 pair + {0, 1, 2, 3} = (row 0, col), (row 0, col + 1), (row 1, col), (row 1, col +
-    // 1).
-    const float* d = &ds[4 * pair];
-    const uint32_t bytes = pack_e4m3x4(__fmul_rn(__fmul_rn(d[0], key.centered_scale[0]), inv0),
-                                       __fmul_rn(__fmul_rn(d[2], key.centered_scale[1]), inv0),
-                                       __fmul_rn(__fmul_rn(d[1], key.centered_scale[0]), inv1),
-                                       __fmul_rn(__fmul_rn(d[3], key.centered_scale[1]), inv1));
+  for (int group = 0; group < kScoreRegisters / kRegistersPerGroup; ++group) {
+    const int col = column_of_group(group, lane);
+    const float2 scale = column_pair(qf.dq_operand_scale, col);
+    // Registers 4 group + {0, 1, 2, 3} = (row 0, col), (row 0, col + 1), (row 1, col),
+    // (row 1, col + 1).
+    const float* d = &x[kRegistersPerGroup * group];
+    const uint32_t bytes = pack_e4m3x4(__fmul_rn(__fmul_rn(d[0], key.centered_scale[0]), scale.x),
+                                       __fmul_rn(__fmul_rn(d[2], key.centered_scale[1]), scale.x),
+                                       __fmul_rn(__fmul_rn(d[1], key.centered_scale[0]), scale.y),
+                                       __fmul_rn(__fmul_rn(d[3], key.centered_scale[1]), scale.y));
     g[hopper::swizzled_offset<kBlockN>(col, tile_row[0])] = uint8_t(bytes);
     g[hopper::swizzled_offset<kBlockN>(col, tile_row[1])] = uint8_t(bytes >> 8);
     g[hopper::swizzled_offset<kBlockN>(col + 1, tile_row[0])] = uint8_t(bytes >> 16);

@@ -22,8 +22,11 @@ constexpr int kRowsPerThread = 2;
 __host__ __device__ constexpr int register_row(int i) {
   return (i >> 1) & 1;
 }
+__host__ __device__ constexpr int register_column_offset(int i) {
+  return 8 * (i >> 2) + (i & 1);
+}
 __device__ __forceinline__ int register_column(int lane, int i) {
-  return 8 * (i >> 2) + 2 * (lane & 3) + (i & 1);
+  return register_column_offset(i) + 2 * (lane & 3);
 }
 
 // The two key rows a thread owns: scales of the forward's score (key_column_factors, shared
@@ -57,21 +60,36 @@ __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& 
   return f;
 }
 
-// Per-query factors of one 64-query tile of one head, in shared memory (threads read the two
-// adjacent columns of each of their column pairs).
+// Per-query factors of one 64-query tile of one head, in shared memory. A thread's accumulator
+// columns come in adjacent pairs (col, col + 1), col even: it reads each factor of a pair with one
+// 8-byte load (column_pair).
+//
+// The FP8 path works on x_ij = dS_ij * 2^eq_i rather than dS_ij (numerics §5.8's dK operand
+// needs x; §5.7's dQ operand is x * 2^ekc_j * 2^-(gq_i + eq_i)): 2^eq_i rides in the probability
+// factor (inv_l) and 2^-eq_i in dQ's block scale, so no multiply per element is spent on it.
+// Products by powers of two are exact in FP32's normal range, so x is bitwise 2^eq_i times the dS
+// of the contract's operation order.
 struct QueryFactors {
-  float row_factor[kBlockM];          // c * 2^eq_i, the forward's row factor
-  float offset[kBlockM];              // M_i - 8 (softmax_offset of the saved integer M_i)
-  float inv_l[kBlockM];               // 1 / l_i
-  float d_o_scale[kBlockM];           // 2^edo_i
-  float delta[kBlockM];               // D_i (copied as is by cp.async)
-  float2 softmax_stats[kBlockM];      // {M_i, l_i} as saved (cp.async staging for the above)
-  float q_scale[kBlockM];             // 2^eq_i (folded into dK's dS operand)
-  int visibility[kBlockM];            // query_visibility_index
-  float dq_scale[kBlockM];            // softmax_scale * 2^gq_i, set per step once gq is known
-  float dq_inv_block_scale[kBlockM];  // 2^-gq_i
-  int value_block_exp;                // ew of the tile: one dO'' exponent per 64-query block
+  float row_factor[kBlockM];         // c * 2^eq_i, the forward's row factor
+  float offset[kBlockM];             // M_i - 8 (softmax_offset of the saved integer M_i)
+  float probability_scale[kBlockM];  // FP8: 2^eq_i / l_i; BF16grad: 1 / l_i
+  float d_o_scale[kBlockM];          // 2^edo_i
+  float delta[kBlockM];              // D_i (copied as is by cp.async)
+  float2 softmax_stats[kBlockM];     // {M_i, l_i} as saved (cp.async staging for the above)
+  float q_inv_scale[kBlockM];        // 2^-eq_i (undoes x's 2^eq_i in dQ's block scale)
+  int visibility[kBlockM];           // query_visibility_index
+  float dq_scale[kBlockM];           // softmax_scale * 2^gq_i, set per step once gq is known
+  float dq_operand_scale[kBlockM];   // FP8: 2^-(gq_i + eq_i), set per step (x -> Ĝ)
+  int value_block_exp;               // ew of the tile: one dO'' exponent per 64-query block
 };
+
+// Factors of columns (col, col + 1), col even.
+__device__ __forceinline__ float2 column_pair(const float (&factor)[kBlockM], int col) {
+  return *reinterpret_cast<const float2*>(&factor[col]);
+}
+__device__ __forceinline__ int2 column_pair(const int (&factor)[kBlockM], int col) {
+  return *reinterpret_cast<const int2*>(&factor[col]);
+}
 
 // The global inputs of one step's QueryFactors, fetched a step ahead by threads 0..kBlockM-1
 // (query row q0 + thread of head h) and turned into QueryFactors after the current step, so
@@ -114,6 +132,7 @@ struct QueryFactorFetch {
   }
 
   // After async_copy_wait_all() (this thread's copies of `f` have landed).
+  template <bool kBf16Grad>
   __device__ __forceinline__ void store(QueryFactors& f, const BackwardParams& p,
                                         const KeyTileItem& item, int q0) const {
     const int t = threadIdx.x;
@@ -124,13 +143,13 @@ struct QueryFactorFetch {
     f.offset[t] = softmax_offset(stats.x);
     // A valid row always has l > 0 when it sees a key (its own diagonal key at least); rows with
     // l = 0 see no key, so every element is masked and the value is never used.
-    f.inv_l[t] = stats.y > 0.0f ? 1.0f / stats.y : 0.0f;
+    const float inv_l = stats.y > 0.0f ? 1.0f / stats.y : 0.0f;
+    f.probability_scale[t] = kBf16Grad ? inv_l : __fmul_rn(inv_l, exp2_int(eq));
     f.d_o_scale[t] = exp2_int(unpack(kDoExpShift));
-    f.q_scale[t] = exp2_int(eq);
+    f.q_inv_scale[t] = exp2_int(-eq);
     f.visibility[t] = query_visibility_index(item.span, q0 + t, p.causal != 0);
     // dQ's row scale: softmax_scale alone for BF16grad; the FP8 path adds 2^gq_i per step.
     f.dq_scale[t] = p.softmax_scale;
-    f.dq_inv_block_scale[t] = 1.0f;
     if (t == 0) f.value_block_exp = unpack(kBlockExpShift);
   }
 };

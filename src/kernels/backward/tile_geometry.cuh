@@ -75,6 +75,27 @@ __device__ __forceinline__ int query_visibility_index(const DocumentSpan& s, int
   return causal ? i - s.q_start : kQuerySeesAll;
 }
 
+// The query tiles whose steps need no per-element mask: every (key, query) pair visible, i.e.
+// the key tile and the query tile lie inside the document and (causal) the tile's last key is no
+// later than the query tile's first query. Computed once per CTA; uniform across it.
+struct UnmaskedQueryTiles {
+  int first_q0, last_q0;  // q0 in [first_q0, last_q0]; empty when first_q0 > last_q0
+  __host__ __device__ __forceinline__ bool contains(int q0) const {
+    return q0 >= first_q0 && q0 <= last_q0;
+  }
+};
+
+__host__ __device__ __forceinline__ UnmaskedQueryTiles unmasked_query_tiles(const KeyTileItem& item,
+                                                                            bool causal) {
+  const DocumentSpan& s = item.span;
+  const bool keys_inside = item.key0 >= s.k_start && item.key0 + kBlockN <= s.k_end;
+  const int last_key = item.key0 + kBlockN - 1 - s.k_start;  // document-local
+  UnmaskedQueryTiles tiles{causal ? s.q_start + last_key : s.q_start, s.q_end - kBlockM};
+  if (tiles.first_q0 < s.q_start) tiles.first_q0 = s.q_start;
+  if (!keys_inside) tiles.first_q0 = tiles.last_q0 + 1;
+  return tiles;
+}
+
 // Causal: a query tile whose last row lies before the key tile's first key sees nothing of it.
 __host__ __device__ __forceinline__ bool query_tile_sees_key_tile(const KeyTileItem& item, int q0,
                                                                   bool causal) {
