@@ -115,6 +115,17 @@ def markdown(results: dict) -> str:
             b = r["backward"]
             lines.append(f"| {name} | {cell(r['forward'])} | {cell(b['fp8'])} | "
                          f"{cell(b['fp8-bf16grad'])} | {cell(b['deterministic'])} |")
+    fp8 = {name: r["fp8_baselines"] for name, r in work.items() if r.get("fp8_baselines")}
+    if fp8 and kernels:
+        lines += ["", "FP8 baselines, kernel alone on operands already in E4M3 (per-tensor scales, no "
+                      "quantization, FP8 output), against flamia's forward kernel alone:", "",
+                  "| workload | baseline | baseline fwd kernel | flamia fwd kernel |", "|---|---|---|---|"]
+        for name, baselines in fp8.items():
+            mine = kernels.get(name, {}).get("forward", {}).get("ms")
+            for label, r in baselines.items():
+                lines.append(f"| {name} | {label} | {r['fwd_kernel_ms']:.3f} | "
+                             f"{mine:.3f} |" if mine else f"| {name} | {label} | "
+                             f"{r['fwd_kernel_ms']:.3f} | - |")
     extra = results.get("attention_extra", {}).get("workloads", {})
     if extra:
         lines += ["", "## Workloads beyond the public ones (bench/workloads_extra.json)"]

@@ -68,7 +68,9 @@ __device__ __forceinline__ void add_dq_partial(const BackwardParams& p,
     for (int i = 0; i < kRegisters; i += 2) {
       if (register_row(i) != r) continue;
       float2* at = reinterpret_cast<float2*>(out + register_column_offset(i));
-      const float2 add = make_float2(dq[i] * scale, dq[i + 1] * scale);
+      // __fmul_rn: never contracted into the ordered path's addition, so both paths add the same
+      // rounded products
+      const float2 add = make_float2(__fmul_rn(dq[i], scale), __fmul_rn(dq[i + 1], scale));
       if constexpr (kOrdered) {
         float2 sum = __ldcg(at);
         sum.x += add.x;
