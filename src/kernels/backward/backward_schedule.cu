@@ -1,7 +1,7 @@
 #include "kernels/backward/backward_schedule.h"
 
 #include "common/views.h"
-#include "kernels/backward/tile_geometry.cuh"
+#include "kernels/backward/key_tiles.h"
 #include "kernels/common/block_scan.cuh"
 
 namespace flamia::backward {

@@ -1,47 +1,10 @@
-// Where a backward CTA's key tile and its query tiles lie in the packed tensors, and the
-// visibility rule of one (key, query) pair.
+// The backward CTA's work item from its block index (host/device geometry: key_tiles.h).
 #pragma once
 
-#include <cstdint>
-
-#include "common/fp8_numerics.h"
-#include "kernels/backward/backward_config.h"
 #include "kernels/backward/backward_params.h"
+#include "kernels/backward/key_tiles.h"
 
 namespace flamia::backward {
-
-__host__ __device__ __forceinline__ int floor_to_group(int token) {
-  return token / kPermutationGroup * kPermutationGroup;
-}
-
-struct DocumentSpan {
-  int q_start, q_end;  // packed query rows [q_start, q_end)
-  int k_start, k_end;  // packed key rows [k_start, k_end)
-};
-
-// The CTA's work item: document, key tile of that document, KV head.
-struct KeyTileItem {
-  int doc;
-  int tile;  // key tile index within the document (the deterministic dQ turn)
-  int kv_head;
-  DocumentSpan span;
-  int key0;  // first key row of the tile: floor16(k_start) + tile * kBlockN
-};
-
-__host__ __device__ __forceinline__ KeyTileItem make_key_tile_item(const int32_t* cu_seqlens_q,
-                                                                   const int32_t* cu_seqlens_k,
-                                                                   int doc, int tile, int kv_head) {
-  KeyTileItem item;
-  item.doc = doc;
-  item.tile = tile;
-  item.kv_head = kv_head;
-  item.span.q_start = cu_seqlens_q[doc];
-  item.span.q_end = cu_seqlens_q[doc + 1];
-  item.span.k_start = cu_seqlens_k[doc];
-  item.span.k_end = cu_seqlens_k[doc + 1];
-  item.key0 = floor_to_group(item.span.k_start) + tile * kBlockN;
-  return item;
-}
 
 // The launch order (backward_schedule.h): block x = kv_head * key_tile_pairs + rank, and
 // tile_order[rank] = doc * key_tiles_per_doc + tile, sorted by descending work with the tiles
@@ -53,82 +16,6 @@ __device__ __forceinline__ KeyTileItem key_tile_item(const BackwardParams& p) {
   const int pair = p.tile_order[blockIdx.x % p.key_tile_pairs];
   return make_key_tile_item(p.cu_seqlens_q, p.cu_seqlens_k, pair / p.key_tiles_per_doc,
                             pair % p.key_tiles_per_doc, kv_head);
-}
-
-__host__ __device__ __forceinline__ bool key_tile_is_empty(const KeyTileItem& item) {
-  return item.span.k_end <= item.span.k_start || item.key0 >= item.span.k_end;
-}
-
-// Visibility by index comparison: key j is visible to query i iff key_index(j) <= query_index(i).
-// Causal documents compare document-local positions (j - k_start <= i - q_start); rows and keys
-// outside the document get indices that never compare visible.
-constexpr int kKeyOutside = 0x3FFFFFFF;
-constexpr int kQueryOutside = -1;
-constexpr int kQuerySeesAll = kKeyOutside - 1;
-
-__device__ __forceinline__ int key_visibility_index(const DocumentSpan& s, int j, bool causal) {
-  if (j < s.k_start || j >= s.k_end) return kKeyOutside;
-  return causal ? j - s.k_start : 0;
-}
-__device__ __forceinline__ int query_visibility_index(const DocumentSpan& s, int i, bool causal) {
-  if (i < s.q_start || i >= s.q_end) return kQueryOutside;
-  return causal ? i - s.q_start : kQuerySeesAll;
-}
-
-// The query tiles whose steps need no per-element mask: every (key, query) pair visible, i.e.
-// the key tile and the query tile lie inside the document and (causal) the tile's last key is no
-// later than the query tile's first query. Computed once per CTA; uniform across it.
-struct UnmaskedQueryTiles {
-  int first_q0, last_q0;  // q0 in [first_q0, last_q0]; empty when first_q0 > last_q0
-  __host__ __device__ __forceinline__ bool contains(int q0) const {
-    return q0 >= first_q0 && q0 <= last_q0;
-  }
-};
-
-__host__ __device__ __forceinline__ UnmaskedQueryTiles unmasked_query_tiles(const KeyTileItem& item,
-                                                                            bool causal) {
-  const DocumentSpan& s = item.span;
-  const bool keys_inside = item.key0 >= s.k_start && item.key0 + kBlockN <= s.k_end;
-  const int last_key = item.key0 + kBlockN - 1 - s.k_start;  // document-local
-  UnmaskedQueryTiles tiles{causal ? s.q_start + last_key : s.q_start, s.q_end - kBlockM};
-  if (tiles.first_q0 < s.q_start) tiles.first_q0 = s.q_start;
-  if (!keys_inside) tiles.first_q0 = tiles.last_q0 + 1;
-  return tiles;
-}
-
-// Causal: a query tile whose last row lies before the key tile's first key sees nothing of it.
-__host__ __device__ __forceinline__ bool query_tile_sees_key_tile(const KeyTileItem& item, int q0,
-                                                                  bool causal) {
-  if (!causal) return true;
-  const int last_q = min(q0 + kBlockM, item.span.q_end) - 1;
-  const int first_k = max(item.key0, item.span.k_start);
-  return last_q - item.span.q_start >= first_k - item.span.k_start;
-}
-
-// The first query tile (q0) that sees the key tile, or a value >= q_end when none does. Query
-// tiles start at floor16(q_start) + m * kBlockM. Visibility is monotone in q0 (a later tile has
-// later rows), so every later tile sees the key tile too. Closed form of "the first q0 for which
-// query_tile_sees_key_tile holds": min(q0 + kBlockM, q_end) - 1 - q_start >= need holds iff
-// q_end - 1 - q_start >= need and q0 >= need + q_start + 1 - kBlockM.
-__host__ __device__ __forceinline__ int first_visible_query_tile(const KeyTileItem& item,
-                                                                 bool causal) {
-  // A document without queries has no query tile (floor16(q_start) may still lie below q_end).
-  if (item.span.q_end <= item.span.q_start) return item.span.q_end;
-  const int q_begin = floor_to_group(item.span.q_start);
-  if (!causal) return q_begin;
-  const int first_k = max(item.key0, item.span.k_start);
-  const int need = first_k - item.span.k_start;
-  if (item.span.q_end - 1 - item.span.q_start < need) return item.span.q_end;
-  const int lowest = need + item.span.q_start + 1 - kBlockM - q_begin;
-  const int m = lowest > 0 ? (lowest + kBlockM - 1) / kBlockM : 0;
-  return q_begin + m * kBlockM;
-}
-
-// Query tiles the key tile visits per query head (the CTA's work is this times group_size).
-__host__ __device__ __forceinline__ int key_tile_query_tiles(const KeyTileItem& item, bool causal) {
-  if (key_tile_is_empty(item)) return 0;
-  const int q0 = first_visible_query_tile(item, causal);
-  return q0 < item.span.q_end ? (item.span.q_end - q0 + kBlockM - 1) / kBlockM : 0;
 }
 
 }  // namespace flamia::backward

@@ -1,0 +1,100 @@
+// The backward's tile geometry (key_tiles.h) against a brute-force enumeration of the visibility
+// rule of docs/numerics.md §4 (same document; causal: j - k_start <= i - q_start): the first query
+// tile that sees a key tile, the number of query tiles a key tile visits, and the steps that
+// skip the per-element masks (every pair of the 128-key x 64-query step visible, and no other).
+#include <gtest/gtest.h>
+
+#include <random>
+#include <vector>
+
+#include "kernels/backward/key_tiles.h"
+
+namespace flamia::backward {
+namespace {
+
+struct Document {
+  int q_start, q_len, k_start, k_len;
+};
+
+bool visible(const Document& d, bool causal, int i, int j) {
+  if (i < d.q_start || i >= d.q_start + d.q_len) return false;
+  if (j < d.k_start || j >= d.k_start + d.k_len) return false;
+  return !causal || j - d.k_start <= i - d.q_start;
+}
+
+// Counts the visible pairs of the step (key tile at key0, query tile at q0).
+int visible_pairs(const Document& d, bool causal, int key0, int q0) {
+  int count = 0;
+  for (int j = key0; j < key0 + kBlockN; ++j)
+    for (int i = q0; i < q0 + kBlockM; ++i) count += visible(d, causal, i, j);
+  return count;
+}
+
+// Every key tile and query tile of document `doc` of the packed layout given by the lengths.
+void check_document(const std::vector<int32_t>& cu_q, const std::vector<int32_t>& cu_k, int doc,
+                    bool causal) {
+  const Document d{cu_q[doc], cu_q[doc + 1] - cu_q[doc], cu_k[doc], cu_k[doc + 1] - cu_k[doc]};
+  const int q_begin = floor_to_group(d.q_start);
+  for (int tile = 0;; ++tile) {
+    const KeyTileItem item = make_key_tile_item(cu_q.data(), cu_k.data(), doc, tile, 0);
+    if (key_tile_is_empty(item)) {
+      EXPECT_TRUE(d.k_len == 0 || item.key0 >= d.k_start + d.k_len);
+      break;
+    }
+    const int first = first_visible_query_tile(item, causal);
+    const UnmaskedQueryTiles unmasked = unmasked_query_tiles(item, causal);
+    int expected_first = d.q_start + d.q_len;  // none
+    int tiles_seen = 0;
+    // a document without queries has no query tile (floor16(q_start) may lie below q_start)
+    for (int q0 = q_begin; d.q_len > 0 && q0 < d.q_start + d.q_len; q0 += kBlockM) {
+      const int pairs = visible_pairs(d, causal, item.key0, q0);
+      if (pairs > 0 && expected_first == d.q_start + d.q_len) expected_first = q0;
+      if (q0 >= expected_first) ++tiles_seen;
+      EXPECT_EQ(query_tile_sees_key_tile(item, q0, causal), pairs > 0)
+          << "doc " << doc << " tile " << tile << " q0 " << q0;
+      EXPECT_EQ(unmasked.contains(q0), pairs == kBlockN * kBlockM)
+          << "doc " << doc << " tile " << tile << " q0 " << q0 << " visible " << pairs;
+    }
+    if (expected_first < d.q_start + d.q_len)
+      EXPECT_EQ(first, expected_first) << "doc " << doc << " tile " << tile;
+    else
+      EXPECT_GE(first, d.q_start + d.q_len) << "doc " << doc << " tile " << tile;
+    EXPECT_EQ(key_tile_query_tiles(item, causal), tiles_seen) << "doc " << doc << " tile " << tile;
+  }
+}
+
+std::vector<int32_t> prefix(const std::vector<int>& lengths) {
+  std::vector<int32_t> cu{0};
+  for (int len : lengths) cu.push_back(cu.back() + len);
+  return cu;
+}
+
+TEST(BackwardTiles, CausalDocumentsOfAwkwardLengths) {
+  const std::vector<int> lengths = {1, 17, 113, 0, 128, 129, 64, 63, 300, 1000, 2, 191, 257};
+  const std::vector<int32_t> cu = prefix(lengths);
+  for (int doc = 0; doc + 1 < int(cu.size()); ++doc) check_document(cu, cu, doc, true);
+}
+
+TEST(BackwardTiles, NonCausalCrossLengths) {
+  const std::vector<int32_t> cu_q = prefix({1, 17, 300, 0, 64, 129, 5});
+  const std::vector<int32_t> cu_k = prefix({40, 0, 113, 7, 64, 500, 1});
+  for (int doc = 0; doc + 1 < int(cu_q.size()); ++doc) check_document(cu_q, cu_k, doc, false);
+}
+
+TEST(BackwardTiles, RandomLayouts) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> length(0, 700);
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<int> lq, lk;
+    for (int doc = 0; doc < 6; ++doc) {
+      lq.push_back(length(rng));
+      lk.push_back(trial % 2 ? length(rng) : lq.back());
+    }
+    const bool causal = trial % 2 == 0;  // causal documents have equal lengths
+    const std::vector<int32_t> cu_q = prefix(lq), cu_k = prefix(lk);
+    for (int doc = 0; doc < 6; ++doc) check_document(cu_q, cu_k, doc, causal);
+  }
+}
+
+}  // namespace
+}  // namespace flamia::backward
