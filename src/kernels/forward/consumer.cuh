@@ -62,6 +62,116 @@ __device__ __forceinline__ void mma_output(
   hopper::warpgroup_commit();
 }
 
+// Where a consumer thread's two accumulator rows sit in every query tile.
+struct ConsumerRows {
+  int tile_row0;    // first row of this consumer warpgroup in the tile
+  int thread_row0;  // the thread's first row in the tile (the second is 8 further)
+  int lane;
+};
+
+// One work item: a document's query tile, or (kSegment) a segment of packed short documents. The
+// two run separate instantiations so that the tile loop of long documents carries nothing of the
+// segments' row ranges. (Measured: one shared loop with a per-tile segment branch made the
+// head-dim-128 forward 4% slower on documents of 1k tokens and more.) `iteration` counts key
+// tiles over the CTA's items (the K/V ring position); `item_count` its items (the Q buffer).
+template <int kHeadDim, bool kDebugProbabilities, bool kSegment>
+__device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
+                                              const WorkItem& w, const ConsumerRows& rows,
+                                              int item_count, int& iteration) {
+  using Tile = ForwardTile<kHeadDim>;
+  constexpr int kBlockN = Tile::kBlockN;
+  const int lane = rows.lane;
+  const int tile_row0 = rows.tile_row0;
+  const int row_local[2] = {w.geo.q0 + rows.thread_row0, w.geo.q0 + rows.thread_row0 + 8};
+  RowKeyRange row_keys[kRowsPerThread];  // visible keys (kCausal: keys up to the row)
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r)
+    row_keys[r] = kSegment ? segment_row_keys(w.geo.first_doc, w.geo.doc_count, w.geo.q_start,
+                                              w.geo.q_len, w.geo.k_start, row_local[r],
+                                              p.cu_seqlens_q, p.cu_seqlens_k, p.causal != 0)
+                           : RowKeyRange{0, row_local[r]};
+  RowState state;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const bool valid = row_local[r] < w.geo.q_len;
+    const int q_exp =
+        valid ? p.q_exp[size_t(w.head) * p.total_q + w.geo.q_start + row_local[r]] : 0;
+    state.row_factor[r] = query_row_factor(p.scale_log2, q_exp);
+    state.row_max[r] = -INFINITY;
+    state.row_sum[r] = 0.0f;
+  }
+  // O accumulator, then this tile's row-sum registers (zeroed before each P̂·V̂ MMA).
+  float acc[Tile::kAccumulatorRegisters];
+#pragma unroll
+  for (int i = 0; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
+
+  const int q_buffer = item_count % Tile::kQBuffers;
+  const uint64_t desc_q = hopper::make_smem_desc(
+      hopper::smem_addr(smem.q[q_buffer] + tile_row0 * kHeadDim), qk_swizzle<kHeadDim>());
+  hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
+  uint32_t a[kBlockN / 32][4];
+  float reference_inv_value_scale;  // 2^-ev_ref of the tile (producer.cuh)
+  // Scores of tile n (already in s) -> t, p, the P̂ operand `a`, and what l needs from the
+  // factors; releases the K stage (whose factors this reads). Returns the O ratio.
+  auto softmax = [&](float(&s)[kBlockN / 2], int n, int stage, float(&ratio)[kRowsPerThread]) {
+    if (n == w.geo.n_tiles - 1) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
+    const KeyPairFactors* factors = smem.factors[stage];
+    const int first_key_local = w.geo.k_tile_base + n * kBlockN - w.geo.k_start;
+    if constexpr (kSegment) {
+      softmax_scores_to_exponents<kBlockN, KeyMask::kRowRange>(s, state, ratio, factors, lane,
+                                                               first_key_local, row_keys);
+    } else if (n >= w.geo.causal_from) {
+      softmax_scores_to_exponents<kBlockN, KeyMask::kCausal>(s, state, ratio, factors, lane,
+                                                             first_key_local, row_keys);
+    } else {
+      softmax_scores_to_exponents<kBlockN, KeyMask::kNone>(s, state, ratio, factors, lane,
+                                                           first_key_local, row_keys);
+    }
+    softmax_exponents_to_probabilities<kBlockN>(s, state);
+    probabilities_to_operand<kBlockN>(s, a);
+    const int reference = first_key_local < 0 ? -first_key_local : 0;  // first document key
+    reference_inv_value_scale = factors[reference / 2].inv_value_scale[reference & 1];
+    const uint4 fallback = *reinterpret_cast<const uint4*>(smem.row_sum_fallback[stage]);
+    if (fallback.x | fallback.y | fallback.z | fallback.w)
+      add_fallback_row_sums<kBlockN>(a, factors, lane, state);
+    hopper::mbarrier_arrive(&smem.k_empty[stage]);
+  };
+  auto k_desc = [&](int stage) {
+    return hopper::make_smem_desc(hopper::smem_addr(smem.k[stage]), qk_swizzle<kHeadDim>());
+  };
+  auto stage_of = [](int it) { return it % Tile::kStages; };
+  auto phase_of = [](int it) { return uint32_t(it / Tile::kStages) & 1; };
+
+  // Per key tile: S = Q̂K̂ᵀ, softmax, O += P̂V̂. The two consumer warpgroups overlap each other
+  // (one's softmax runs while the other's MMAs occupy the tensor cores). Measured: overlapping
+  // P̂V̂ of tile n-1 with the softmax of tile n inside a warpgroup gained nothing here and costs
+  // the registers that wider key tiles need.
+  for (int n = 0; n < w.geo.n_tiles; ++n, ++iteration) {
+    const int stage = stage_of(iteration);
+    float s[kBlockN / 2];
+    float ratio[kRowsPerThread];
+    hopper::mbarrier_wait(&smem.k_full[stage], phase_of(iteration));
+    mma_scores<kHeadDim, kBlockN>(s, desc_q, k_desc(stage));
+    hopper::warpgroup_wait<0>();
+    hopper::fence_registers(s);
+    softmax(s, n, stage, ratio);
+    if constexpr (kDebugProbabilities)
+      write_debug_probabilities<kBlockN>(p, w, s, state, n, row_local, row_keys, lane);
+    rescale_output(acc, ratio);
+#pragma unroll
+    for (int i = Tile::kOutRegisters; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
+    hopper::mbarrier_wait(&smem.v_full[stage], phase_of(iteration));
+    mma_output<kHeadDim>(acc, a, smem.vt[stage]);
+    hopper::warpgroup_wait<0>();
+    hopper::fence_registers(acc);
+    hopper::mbarrier_arrive(&smem.v_empty[stage]);
+    add_tile_row_sums<Tile::kOutRegisters>(state, acc, reference_inv_value_scale);
+  }
+  if (w.geo.n_tiles == 0)
+    hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);  // release the unused Q tile
+  write_outputs<Tile::kOutRegisters>(p, w, acc, state, row_local, lane);
+}
+
 template <int kHeadDim, bool kDebugProbabilities>
 __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
                                              int consumer) {
@@ -72,112 +182,17 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
   const int warp = thread / 32;
   const int lane = thread % 32;
   const int tile_row0 = consumer * kRowsPerConsumer;  // first row of this consumer in the tile
-  const int thread_row0 = tile_row0 + 16 * warp + lane / 4;
+  const ConsumerRows rows{tile_row0, tile_row0 + 16 * warp + lane / 4, lane};
 
   const int items = work_item_count(p);
   int iteration = 0;
   int item_count = 0;
   for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
     const WorkItem w = work_item<kBlockN>(p, index);
-    const int row_local[2] = {w.geo.q0 + thread_row0, w.geo.q0 + thread_row0 + 8};
-    // A segment of packed short documents and a document's query tile run separate copies of the
-    // code below (kSegment), so that the tile loop of long documents carries nothing of the
-    // segments' row ranges. (Measured: one shared loop with a per-tile segment branch made the
-    // head-dim-128 forward 4% slower on documents of 1k tokens and more.)
-    auto run_item = [&](auto segment_tag) {
-      constexpr bool kSegment = decltype(segment_tag)::value;
-      RowKeyRange row_keys[kRowsPerThread];  // visible keys (kCausal: keys up to the row)
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r)
-        row_keys[r] = kSegment ? segment_row_keys(w.geo.first_doc, w.geo.doc_count, w.geo.q_start,
-                                                  w.geo.q_len, w.geo.k_start, row_local[r],
-                                                  p.cu_seqlens_q, p.cu_seqlens_k, p.causal != 0)
-                               : RowKeyRange{0, row_local[r]};
-      RowState state;
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) {
-        const bool valid = row_local[r] < w.geo.q_len;
-        const int q_exp =
-            valid ? p.q_exp[size_t(w.head) * p.total_q + w.geo.q_start + row_local[r]] : 0;
-        state.row_factor[r] = query_row_factor(p.scale_log2, q_exp);
-        state.row_max[r] = -INFINITY;
-        state.row_sum[r] = 0.0f;
-      }
-      // O accumulator, then this tile's row-sum registers (zeroed before each P̂·V̂ MMA).
-      float acc[Tile::kAccumulatorRegisters];
-#pragma unroll
-      for (int i = 0; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
-
-      const int q_buffer = item_count % Tile::kQBuffers;
-      const uint64_t desc_q = hopper::make_smem_desc(
-          hopper::smem_addr(smem.q[q_buffer] + tile_row0 * kHeadDim), qk_swizzle<kHeadDim>());
-      hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
-      uint32_t a[kBlockN / 32][4];
-      float reference_inv_value_scale;  // 2^-ev_ref of the tile (producer.cuh)
-      // Scores of tile n (already in s) -> t, p, the P̂ operand `a`, and what l needs from the
-      // factors; releases the K stage (whose factors this reads). Returns the O ratio.
-      auto softmax = [&](float(&s)[kBlockN / 2], int n, int stage, float(&ratio)[kRowsPerThread]) {
-        if (n == w.geo.n_tiles - 1) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
-        const KeyPairFactors* factors = smem.factors[stage];
-        const int first_key_local = w.geo.k_tile_base + n * kBlockN - w.geo.k_start;
-        if constexpr (kSegment) {
-          softmax_scores_to_exponents<kBlockN, KeyMask::kRowRange>(s, state, ratio, factors, lane,
-                                                                   first_key_local, row_keys);
-        } else if (n >= w.geo.causal_from) {
-          softmax_scores_to_exponents<kBlockN, KeyMask::kCausal>(s, state, ratio, factors, lane,
-                                                                 first_key_local, row_keys);
-        } else {
-          softmax_scores_to_exponents<kBlockN, KeyMask::kNone>(s, state, ratio, factors, lane,
-                                                               first_key_local, row_keys);
-        }
-        softmax_exponents_to_probabilities<kBlockN>(s, state);
-        probabilities_to_operand<kBlockN>(s, a);
-        const int reference = first_key_local < 0 ? -first_key_local : 0;  // first document key
-        reference_inv_value_scale = factors[reference / 2].inv_value_scale[reference & 1];
-        const uint4 fallback = *reinterpret_cast<const uint4*>(smem.row_sum_fallback[stage]);
-        if (fallback.x | fallback.y | fallback.z | fallback.w)
-          add_fallback_row_sums<kBlockN>(a, factors, lane, state);
-        hopper::mbarrier_arrive(&smem.k_empty[stage]);
-      };
-      auto k_desc = [&](int stage) {
-        return hopper::make_smem_desc(hopper::smem_addr(smem.k[stage]), qk_swizzle<kHeadDim>());
-      };
-      auto stage_of = [](int it) { return it % Tile::kStages; };
-      auto phase_of = [](int it) { return uint32_t(it / Tile::kStages) & 1; };
-
-      // Per key tile: S = Q̂K̂ᵀ, softmax, O += P̂V̂. The two consumer warpgroups overlap each other
-      // (one's softmax runs while the other's MMAs occupy the tensor cores). Measured: overlapping
-      // P̂V̂ of tile n-1 with the softmax of tile n inside a warpgroup gained nothing here and costs
-      // the registers that wider key tiles need.
-      for (int n = 0; n < w.geo.n_tiles; ++n, ++iteration) {
-        const int stage = stage_of(iteration);
-        float s[kBlockN / 2];
-        float ratio[kRowsPerThread];
-        hopper::mbarrier_wait(&smem.k_full[stage], phase_of(iteration));
-        mma_scores<kHeadDim, kBlockN>(s, desc_q, k_desc(stage));
-        hopper::warpgroup_wait<0>();
-        hopper::fence_registers(s);
-        softmax(s, n, stage, ratio);
-        if constexpr (kDebugProbabilities)
-          write_debug_probabilities<kBlockN>(p, w, s, state, n, row_local, row_keys, lane);
-        rescale_output(acc, ratio);
-#pragma unroll
-        for (int i = Tile::kOutRegisters; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
-        hopper::mbarrier_wait(&smem.v_full[stage], phase_of(iteration));
-        mma_output<kHeadDim>(acc, a, smem.vt[stage]);
-        hopper::warpgroup_wait<0>();
-        hopper::fence_registers(acc);
-        hopper::mbarrier_arrive(&smem.v_empty[stage]);
-        add_tile_row_sums<Tile::kOutRegisters>(state, acc, reference_inv_value_scale);
-      }
-      if (w.geo.n_tiles == 0)
-        hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);  // release the unused Q tile
-      write_outputs<Tile::kOutRegisters>(p, w, acc, state, row_local, lane);
-    };
     if (w.geo.doc_count > 1)
-      run_item(std::true_type{});
+      run_work_item<kHeadDim, kDebugProbabilities, true>(p, smem, w, rows, item_count, iteration);
     else
-      run_item(std::false_type{});
+      run_work_item<kHeadDim, kDebugProbabilities, false>(p, smem, w, rows, item_count, iteration);
   }
 }
 
