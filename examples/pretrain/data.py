@@ -69,6 +69,20 @@ class PackedStream:
         self.next_doc = 0
         self.current = None  # (document tokens, position of the next unread token)
 
+    def state(self) -> dict:
+        """Where the stream stands (picklable, small): restoring it continues the same order."""
+        at = None if self.current is None else self.current[1]
+        return {"rng": self.rng.bit_generator.state, "epoch": self.epoch, "order": self.order,
+                "next_doc": self.next_doc, "current_at": at}
+
+    def load_state(self, state: dict) -> None:
+        self.rng.bit_generator.state = state["rng"]
+        self.epoch, self.order, self.next_doc = state["epoch"], state["order"], state["next_doc"]
+        at = state["current_at"]
+        # the current document is the last one taken
+        self.current = None if at is None else (
+            self.corpus.document(int(self.order[self.next_doc - 1])), at)
+
     def _take_document(self):
         if self.next_doc == len(self.order):
             self.epoch += 1

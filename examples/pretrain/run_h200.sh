@@ -5,15 +5,24 @@
 #
 #   examples/pretrain/run_h200.sh              # seed 1 -> examples/pretrain/runs/
 #   SEED=2 examples/pretrain/run_h200.sh       # another seed -> examples/pretrain/runs_seed2/
+#   SEQS_PER_STEP=4 examples/pretrain/run_h200.sh   # 4 x 8k tokens per step -> runs_x4/
+#   RESUME=1 ...                               # continue runs that stopped at MAX_MINUTES
 #
 # Training numerics do not depend on the GPU being shared; timings do, hence the solo runs.
-# Each loss run stops early, with its summary written, after MAX_MINUTES (default 8).
+# Each loss run stops early, with its summary written, after MAX_MINUTES (default 8), leaving a
+# resume state (model, optimizer, data position; train.py --resume) in the runs directory, which
+# is git-ignored and so stays on a warm device machine: the next call with RESUME=1 continues
+# bit for bit. Timing runs and the summary follow once every loss run has finished.
 # Results (CSV, JSON, summary, PNG) are copied to $OUT when it is set.
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 seed=${SEED:-1}
-runs="examples/pretrain/runs$([[ $seed == 1 ]] || echo "_seed$seed")"
+seqs=${SEQS_PER_STEP:-1}
+suffix="$([[ $seed == 1 ]] || echo "_seed$seed")$([[ $seqs == 1 ]] || echo "_x$seqs")"
+runs="examples/pretrain/runs$suffix"
+resume=()
+[[ ${RESUME:-0} == 1 ]] && resume=(--resume)
 backends=(bf16 flamia_exact flamia_block32)
 mkdir -p "$runs/timing"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
@@ -23,13 +32,19 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader || tr
 train() {  # out-dir, backend, extra train.py arguments
   local dir=$1 b=$2
   shift 2
-  python3 examples/pretrain/train.py --attention "$b" --seqs-per-step 1 --seed "$seed" \
-    --out-dir "$dir" "$@" > "$dir/$b.log" 2>&1
+  python3 examples/pretrain/train.py --attention "$b" --seqs-per-step "$seqs" --seed "$seed" \
+    --out-dir "$dir" "$@" >> "$dir/$b.log" 2>&1
 }
-for b in "${backends[@]}"; do train "$runs" "$b" --max-minutes "${MAX_MINUTES:-8}" & done
+for b in "${backends[@]}"; do
+  train "$runs" "$b" --max-minutes "${MAX_MINUTES:-8}" "${resume[@]}" &
+done
 wait
+if compgen -G "$runs/*.resume.pt" >/dev/null; then
+  echo "run_h200: stopped at MAX_MINUTES; continue with RESUME=1 while the machine is warm"
+  exit 0
+fi
 for b in "${backends[@]}"; do train "$runs/timing" "$b" --max-minutes 0.3; done
-summary=bench/results/pretrain$([[ $seed == 1 ]] || echo "_seed$seed")
+summary=bench/results/pretrain$suffix
 python3 examples/pretrain/summarize.py --runs-dir "$runs" --timing-dir "$runs/timing" \
   --out-json "$summary.json" --png "$summary.png"
-if [[ -n "${OUT:-}" ]]; then tar czf "$OUT/pretrain_seed$seed.tgz" "$runs" "$summary.json" "$summary.png"; fi
+if [[ -n "${OUT:-}" ]]; then tar czf "$OUT/pretrain$suffix.tgz" "$runs" "$summary.json" "$summary.png"; fi

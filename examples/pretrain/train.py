@@ -166,6 +166,26 @@ def bench_attention(attend, attend_state, batch, cfg: ModelConfig, device, repea
     return (time.perf_counter() - start) * 1e3 / repeats * cfg.n_layers
 
 
+def save_resume_state(path, next_step, rows, wall_s, model, optimizer, stream, device):
+    state = {"next_step": next_step, "rows": rows, "wall_s": wall_s,
+             "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+             "stream": stream.state(), "torch_rng": torch.get_rng_state(),
+             "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+    torch.save(state, path)
+
+
+def load_resume_state(path, model, optimizer, stream, device):
+    """Restores what save_resume_state wrote; returns (next step, rows so far, wall seconds)."""
+    state = torch.load(path, map_location=device, weights_only=False)
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    stream.load_state(state["stream"])
+    torch.set_rng_state(state["torch_rng"])
+    if state["cuda_rng"] is not None:
+        torch.cuda.set_rng_state(state["cuda_rng"], device)
+    return state["next_step"], state["rows"], state["wall_s"]
+
+
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--attention", required=True, choices=attention_backends.BACKENDS)
@@ -188,6 +208,12 @@ def parse_args(argv=None):
                         help="torch.compile each block (turns the per-step attention timer off)")
     parser.add_argument("--max-minutes", type=float,
                         help="stop early (writing the summary) after this much training time")
+    parser.add_argument("--stop-after-steps", type=int,
+                        help="stop early after this many steps of this invocation")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue from OUT_DIR/ATTENTION.resume.pt if present; a run that "
+                             "stops early (--max-minutes, --stop-after-steps) writes that file, "
+                             "so a long run can span several device calls with identical results")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--save-checkpoint", metavar="PATH",
                         help="save the final weights and both configs (for "
@@ -206,6 +232,7 @@ def main(argv=None):
     out_dir = pathlib.Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, json_path = out_dir / f"{args.attention}.csv", out_dir / f"{args.attention}.json"
+    resume_path = out_dir / f"{args.attention}.resume.pt"
 
     train_corpus, heldout_corpus, manifest = data.load(args.data)
     stream = data.PackedStream(train_corpus, train_cfg.seq_len, train_cfg.seed)
@@ -246,12 +273,18 @@ def main(argv=None):
     columns = ["step", "tokens", "loss", "lr", "grad_norm", "step_ms", "attn_fwd_ms",
                "attn_bwd_ms", "heldout_loss", "max_seqlen", "documents"]
     rows = []
+    first_step, earlier_wall_s = 0, 0.0
+    if args.resume and resume_path.is_file():
+        first_step, rows, earlier_wall_s = load_resume_state(resume_path, model, optimizer,
+                                                             stream, device)
+        print(f"{args.attention}: resumed at step {first_step}", flush=True)
     started = time.perf_counter()
     stopped_early = None
-    with open(csv_path, "w", newline="") as f:
+    with open(csv_path, "a" if first_step else "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=columns)
-        writer.writeheader()
-        for step in range(train_cfg.steps):
+        if not first_step:
+            writer.writeheader()
+        for step in range(first_step, train_cfg.steps):
             batch_np = stream.next_batch(train_cfg.seqs_per_step)
             sync(device)
             t0 = time.perf_counter()
@@ -295,6 +328,17 @@ def main(argv=None):
             if args.max_minutes and time.perf_counter() - started > args.max_minutes * 60:
                 stopped_early = f"time limit after step {step}"
                 break
+            if args.stop_after_steps and step + 1 - first_step >= args.stop_after_steps:
+                stopped_early = f"step limit after step {step}"
+                break
+    wall_s = earlier_wall_s + time.perf_counter() - started
+    resumable = stopped_early is not None and not stopped_early.startswith("non-finite")
+    if resumable and len(rows) < train_cfg.steps:
+        # saved before the summary's held-out evaluation, which must not change the state
+        save_resume_state(resume_path, len(rows), rows, wall_s, model, optimizer, stream, device)
+        print(f"{args.attention}: state for --resume in {resume_path}", flush=True)
+    elif resume_path.is_file():
+        resume_path.unlink()
     if stopped_early and rows[-1]["heldout_loss"] == "" and math.isfinite(rows[-1]["loss"]):
         rows[-1]["heldout_loss"] = heldout_loss(model, heldout_batches, device, timed_attend,
                                                 attend_state)
@@ -304,7 +348,7 @@ def main(argv=None):
     summary.update({
         "steps": len(rows),
         "stopped_early": stopped_early,
-        "wall_s": time.perf_counter() - started,
+        "wall_s": wall_s,
         "final_train_loss": float(np.mean([r["loss"] for r in tail])),
         "final_heldout_loss": next((r["heldout_loss"] for r in reversed(rows)
                                     if r["heldout_loss"] != ""), None),
