@@ -27,7 +27,7 @@ __device__ __forceinline__ int column_of_group(int group, int lane) {
 // Steps 1-2 of numerics §5 in place: s (Sᵀ) becomes p = exp2(t - M + 8), 0 where masked. The t
 // and p sequence is the forward's (score_exponent, unnormalized_probability with the saved
 // M_i), so e4m3(p) is the forward's P̂. kMasked = false: every pair of the step is visible
-// (step_is_unmasked), so no mask is evaluated.
+// (unmasked_query_tiles), so no mask is evaluated.
 template <bool kMasked>
 __device__ __forceinline__ void rebuild_probabilities(float (&s)[kScoreRegisters],
                                                       const KeyRowFactors& key,
@@ -35,9 +35,7 @@ __device__ __forceinline__ void rebuild_probabilities(float (&s)[kScoreRegisters
 #pragma unroll
   for (int group = 0; group < kScoreRegisters / kRegistersPerGroup; ++group) {
     const int col = column_of_group(group, lane);
-    const float2 row_factor = column_pair(qf.row_factor, col);
-    const float2 offset = column_pair(qf.offset, col);
-    const int2 visibility = kMasked ? column_pair(qf.visibility, col) : make_int2(0, 0);
+    // (per-element factor loads: pair loads here make the BF16grad kernel spill)
 #pragma unroll
     for (int e = 0; e < kRegistersPerGroup; ++e) {
       const int i = kRegistersPerGroup * group + e;

@@ -30,10 +30,9 @@ __device__ __forceinline__ int register_column(int lane, int i) {
 }
 
 // The two key rows a thread owns: scales of the forward's score (key_column_factors, shared
-// with the forward), V's scale both ways, K̂c's scale, and the visibility index.
+// with the forward), K̂c's scale, V's exponent (dV's final scale) and the visibility index.
 struct KeyRowFactors {
   KeyColumnFactors score[kRowsPerThread];  // {2^ek, ev, 2^-ev}
-  float value_scale[kRowsPerThread];       // 2^ev
   float centered_scale[kRowsPerThread];    // 2^ekc
   int visibility[kRowsPerThread];
   int value_exp[kRowsPerThread];  // ev (for the final dV scale)
@@ -53,7 +52,6 @@ __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& 
     const int ev = valid ? p.v_exp[at] : 0;
     const int ekc = valid ? p.k_centered_exp[at] : 0;
     f.score[r] = key_column_factors(ek, ev);
-    f.value_scale[r] = exp2_int(ev);
     f.centered_scale[r] = exp2_int(ekc);
     f.value_exp[r] = ev;
   }
@@ -61,14 +59,14 @@ __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& 
 }
 
 // Per-query factors of one 64-query tile of one head, in shared memory. A thread's accumulator
-// columns come in adjacent pairs (col, col + 1), col even: it reads each factor of a pair with one
-// 8-byte load (column_pair).
+// columns come in adjacent pairs (col, col + 1), col even: where registers allow, it reads a
+// factor of both columns with one 8-byte load (column_pair).
 //
 // The FP8 path works on x_ij = dS_ij * 2^eq_i rather than dS_ij (numerics §5.8's dK operand
 // needs x; §5.7's dQ operand is x * 2^ekc_j * 2^-(gq_i + eq_i)): 2^eq_i rides in the probability
-// factor (inv_l) and 2^-eq_i in dQ's block scale, so no multiply per element is spent on it.
-// Products by powers of two are exact in FP32's normal range, so x is bitwise 2^eq_i times the dS
-// of the contract's operation order.
+// factor (probability_scale) and 2^-eq_i in dQ's block scale, so no multiply per element is spent
+// on it. Products by powers of two are exact in FP32's normal range, so x is bitwise 2^eq_i times
+// the dS of the contract's operation order.
 struct QueryFactors {
   float row_factor[kBlockM];         // c * 2^eq_i, the forward's row factor
   float offset[kBlockM];             // M_i - 8 (softmax_offset of the saved integer M_i)
