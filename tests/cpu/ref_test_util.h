@@ -4,12 +4,20 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <string>
 #include <vector>
 
 #include "reference/attention_ref.h"
 
 namespace flamia::ref::test {
+
+// cu_seqlens of packed documents with the given lengths: {0, l0, l0 + l1, ...}.
+inline std::vector<int32_t> cu_seqlens_from_lengths(const std::vector<int>& lengths) {
+  std::vector<int32_t> cu{0};
+  for (int n : lengths) cu.push_back(cu.back() + n);
+  return cu;
+}
 
 template <typename T>
 bool all_finite(const std::vector<T>& x) {

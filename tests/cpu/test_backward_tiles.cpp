@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kernels/backward/key_tiles.h"
+#include "ref_test_util.h"
 
 namespace flamia::backward {
 namespace {
@@ -63,21 +64,17 @@ void check_document(const std::vector<int32_t>& cu_q, const std::vector<int32_t>
   }
 }
 
-std::vector<int32_t> prefix(const std::vector<int>& lengths) {
-  std::vector<int32_t> cu{0};
-  for (int len : lengths) cu.push_back(cu.back() + len);
-  return cu;
-}
+using ref::test::cu_seqlens_from_lengths;
 
 TEST(BackwardTiles, CausalDocumentsOfAwkwardLengths) {
   const std::vector<int> lengths = {1, 17, 113, 0, 128, 129, 64, 63, 300, 1000, 2, 191, 257};
-  const std::vector<int32_t> cu = prefix(lengths);
+  const std::vector<int32_t> cu = cu_seqlens_from_lengths(lengths);
   for (int doc = 0; doc + 1 < int(cu.size()); ++doc) check_document(cu, cu, doc, true);
 }
 
 TEST(BackwardTiles, NonCausalCrossLengths) {
-  const std::vector<int32_t> cu_q = prefix({1, 17, 300, 0, 64, 129, 5});
-  const std::vector<int32_t> cu_k = prefix({40, 0, 113, 7, 64, 500, 1});
+  const std::vector<int32_t> cu_q = cu_seqlens_from_lengths({1, 17, 300, 0, 64, 129, 5});
+  const std::vector<int32_t> cu_k = cu_seqlens_from_lengths({40, 0, 113, 7, 64, 500, 1});
   for (int doc = 0; doc + 1 < int(cu_q.size()); ++doc) check_document(cu_q, cu_k, doc, false);
 }
 
@@ -91,7 +88,8 @@ TEST(BackwardTiles, RandomLayouts) {
       lk.push_back(trial % 2 ? length(rng) : lq.back());
     }
     const bool causal = trial % 2 == 0;  // causal documents have equal lengths
-    const std::vector<int32_t> cu_q = prefix(lq), cu_k = prefix(lk);
+    const std::vector<int32_t> cu_q = cu_seqlens_from_lengths(lq),
+                               cu_k = cu_seqlens_from_lengths(lk);
     for (int doc = 0; doc < 6; ++doc) check_document(cu_q, cu_k, doc, causal);
   }
 }

@@ -8,15 +8,12 @@
 
 #include "kernels/forward/document_packing.h"
 #include "kernels/forward/forward_config.h"
+#include "ref_test_util.h"
 
 namespace flamia::forward {
 namespace {
 
-std::vector<int32_t> prefix(const std::vector<int>& lengths) {
-  std::vector<int32_t> cu{0};
-  for (int len : lengths) cu.push_back(cu.back() + len);
-  return cu;
-}
+using ref::test::cu_seqlens_from_lengths;
 
 struct Plan {
   std::vector<int> covered;  // per document: how many items' documents include it
@@ -58,7 +55,7 @@ void expect_every_document_once(const std::vector<int>& q_lens, const Plan& p) {
 
 TEST(DocumentPacking, TinyDocumentsShareTiles) {
   const std::vector<int> lens(2048, 16);
-  const std::vector<int32_t> cu = prefix(lens);
+  const std::vector<int32_t> cu = cu_seqlens_from_lengths(lens);
   const Plan p = plan(cu, cu);
   expect_every_document_once(lens, p);
   EXPECT_EQ(p.segments, 512);  // four 16-token documents per 64-position window
@@ -67,7 +64,7 @@ TEST(DocumentPacking, TinyDocumentsShareTiles) {
 
 TEST(DocumentPacking, LongAndEmptyDocumentsAreNotPacked) {
   const std::vector<int> lens = {5, 64, 1, 33, 0, 17, 63, 2, 200, 9, 40, 64, 64, 1, 130, 7};
-  const std::vector<int32_t> cu = prefix(lens);
+  const std::vector<int32_t> cu = cu_seqlens_from_lengths(lens);
   const Plan p = plan(cu, cu);
   expect_every_document_once(lens, p);
   // 200 and 130 tokens: 2 tiles each, alone
@@ -88,7 +85,7 @@ TEST(DocumentPacking, RandomLengthsAndCrossLengthsCoverEveryDocumentOnce) {
       // half the trials: keys of other lengths (non-causal cross attention)
       k_lens.push_back(trial % 2 ? q_lens.back() : (kind(rng) < 8 ? tiny(rng) : longer(rng)));
     }
-    const Plan p = plan(prefix(q_lens), prefix(k_lens));
+    const Plan p = plan(cu_seqlens_from_lengths(q_lens), cu_seqlens_from_lengths(k_lens));
     expect_every_document_once(q_lens, p);
   }
 }
@@ -105,7 +102,8 @@ TEST(DocumentPacking, SegmentRowsSeeTheirOwnDocumentsKeys) {
       q_lens.push_back(len(rng));
       k_lens.push_back(causal ? q_lens.back() : len(rng));
     }
-    const std::vector<int32_t> cu_q = prefix(q_lens), cu_k = prefix(k_lens);
+    const std::vector<int32_t> cu_q = cu_seqlens_from_lengths(q_lens),
+                               cu_k = cu_seqlens_from_lengths(k_lens);
     const int batch = int(q_lens.size());
     for (int doc = 0; doc < batch; ++doc) {
       const DocumentItems d = document_items(cu_q.data(), cu_k.data(), batch, doc, kBlockM);

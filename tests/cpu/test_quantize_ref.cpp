@@ -8,15 +8,12 @@
 #include <vector>
 
 #include "reference/quantize_ref.h"
+#include "ref_test_util.h"
 
 namespace flamia::ref {
 namespace {
 
-std::vector<int32_t> cu_from_lengths(const std::vector<int>& lengths) {
-  std::vector<int32_t> cu{0};
-  for (int n : lengths) cu.push_back(cu.back() + n);
-  return cu;
-}
+using ref::test::cu_seqlens_from_lengths;
 
 bool same_blocks(const std::vector<TokenBlock>& a, const std::vector<TokenBlock>& b) {
   if (a.size() != b.size()) return false;
@@ -62,7 +59,7 @@ TEST(ScaleBlocks, TileAlignedBlocksStartAtFloor16OfTheDocument) {
 }
 
 TEST(ScaleBlocks, AwkwardLengthsArePartitionedPerDocument) {
-  const std::vector<int32_t> cu = cu_from_lengths({1, 17, 0, 113, 0, 0, 2049, 31, 32, 33});
+  const std::vector<int32_t> cu = cu_seqlens_from_lengths({1, 17, 0, 113, 0, 0, 2049, 31, 32, 33});
   expect_document_partition(cu, scale_blocks(cu, ScaleMode::kExact));
   expect_document_partition(cu, scale_blocks(cu, ScaleMode::kBlock32));
   for (int size : {64, 128}) {
@@ -103,7 +100,7 @@ struct RandomSource {
 };
 
 TEST(Quantize, ExponentsFollowBlocksAndValuesAreScaled) {
-  const std::vector<int32_t> cu = cu_from_lengths({1, 17, 0, 70});
+  const std::vector<int32_t> cu = cu_seqlens_from_lengths({1, 17, 0, 70});
   const RandomSource src(cu.back(), 2, 64, 3);
   for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kBlock32}) {
     const std::vector<TokenBlock> blocks = scale_blocks(cu, mode);
@@ -129,7 +126,7 @@ TEST(Quantize, ExponentsFollowBlocksAndValuesAreScaled) {
 }
 
 TEST(Quantize, Block32IsDocumentLocal) {
-  const std::vector<int32_t> cu = cu_from_lengths({40, 23, 50});
+  const std::vector<int32_t> cu = cu_seqlens_from_lengths({40, 23, 50});
   RandomSource src(cu.back(), 1, 64, 5);
   const std::vector<TokenBlock> blocks = scale_blocks(cu, ScaleMode::kBlock32);
   const Fp8Tensor before = quantize(std::cref(src), src.tokens, 1, 64, blocks);
