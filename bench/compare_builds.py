@@ -45,6 +45,12 @@ def run_one(out_path: str) -> None:
     torch.save(results, out_path)
 
 
+def bits(t):
+    """The tensor's elements as integers of the same width (BF16 or FP32), compared bit for bit."""
+    import torch
+    return t.view(torch.int16 if t.dtype == torch.bfloat16 else torch.int32)
+
+
 def main() -> None:
     if len(sys.argv) == 3 and sys.argv[1] == "--run-one":
         run_one(sys.argv[2])
@@ -65,10 +71,7 @@ def main() -> None:
     report = {}
     for n, case in enumerate(CASES):
         a, b = outs[0][n], outs[1][n]
-        diff = {name: int((a[name].view(torch.int16 if a[name].dtype == torch.bfloat16 else
-                                        torch.int32) !=
-                           b[name].view(torch.int16 if b[name].dtype == torch.bfloat16 else
-                                        torch.int32)).sum()) for name in a}
+        diff = {name: int((bits(a[name]) != bits(b[name])).sum()) for name in a}
         report[str(case)] = {"differing_elements": diff,
                              "elements": {name: a[name].numel() for name in a}}
         print(case, diff, flush=True)
