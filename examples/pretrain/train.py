@@ -180,9 +180,9 @@ def load_resume_state(path, model, optimizer, stream, device):
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     stream.load_state(state["stream"])
-    torch.set_rng_state(state["torch_rng"])
+    torch.set_rng_state(state["torch_rng"].cpu())  # map_location moved it to the device
     if state["cuda_rng"] is not None:
-        torch.cuda.set_rng_state(state["cuda_rng"], device)
+        torch.cuda.set_rng_state(state["cuda_rng"].cpu(), device)
     return state["next_step"], state["rows"], state["wall_s"]
 
 
