@@ -55,6 +55,9 @@ class Fp8Config:
     delta_from_bf16: bool = True
     delta_consistent: bool = False  # D_i = sum_j P_ij dP_ij: rows of dS sum to 0 exactly
     quantized_denominator: bool = True  # l = sum_j P̂_ij 2^-ev_j; dS uses P̂ 2^-ev / l
+    # Ablations of the forward (and the backward's recomputation), for the error study:
+    exact_scores: bool = False  # S from the BF16 q, k (no Q̂, K̂ quantization)
+    exact_values: bool = False  # O and l from the FP32 p and the BF16 v (no P̂, V̂)
 
 
 # ---- scalar numerics (§1) --------------------------------------------------------------------
@@ -134,6 +137,8 @@ class _DocOperands:
         self.k, self.ek = quantize_tokens(k - m, ids)
         self.v, self.ev = quantize_tokens(v, ids)
         self.kc, self.ekc = quantize_tokens(k - k[:1], ids)  # K̂c: centred on the first key
+        self.raw_q, self.raw_k, self.raw_v = q, k, v
+        self.exact_scores, self.exact_values = cfg.exact_scores, cfg.exact_values
 
 
 def _forward_doc(ops: _DocOperands, h: int, g: int, c: float, quantized_l: bool = False):
@@ -141,6 +146,9 @@ def _forward_doc(ops: _DocOperands, h: int, g: int, c: float, quantized_l: bool 
     s = (ops.q[:, h].double() @ ops.k[:, g].double().T).float()  # exact, to FP32
     row = (c * torch.exp2(ops.eq[:, h])).unsqueeze(1)
     col = torch.exp2(ops.ek[:, g]).unsqueeze(0)
+    if ops.exact_scores:
+        s = (ops.raw_q[:, h].double() @ ops.raw_k[:, g].double().T).float()
+        row, col = torch.full_like(row, c), torch.ones_like(col)
     t = ((s * col).double() * row.double() + ops.ev[:, g].double().unsqueeze(0)).float()
     lq, lk = t.shape
     t = t.masked_fill(~_causal(lq, lk, t.device), -math.inf)
@@ -151,6 +159,9 @@ def _forward_doc(ops: _DocOperands, h: int, g: int, c: float, quantized_l: bool 
     inv_value_scale = torch.exp2(-ops.ev[:, g].double()).unsqueeze(0)
     l = (summed.double() * inv_value_scale).sum(1, keepdim=True).float()
     o = (p_hat.double() @ ops.v[:, g].double()).float() / l
+    if ops.exact_values:
+        l = (p.double() * inv_value_scale).sum(1, keepdim=True).float()
+        o = ((p.double() * inv_value_scale) @ ops.raw_v[:, g].double()).float() / l
     return o, m, l, p, p_hat
 
 

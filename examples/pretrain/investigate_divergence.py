@@ -15,10 +15,12 @@ CPU study with the emulation of fp8_emulation.py (docs/results.md, "Divergence i
         --device cuda --seqs 1 --variants fp8 fp8-block32 fp8-bf16grad fp8-firstkey
 
 Attention variants: sdpa (float), and fp8 variants named
-`fp8[-bf16grad][-firstkey][-block32][-fwdonly|-bwdonly][-dcons][-lunq]` (fwdonly: FP8 forward
-with the float64 backward; bwdonly: float forward with the FP8 backward; dcons: D_i =
-sum_j P_ij dP_ij; lunq: the contract before 2026-11-29 — l sums the unquantized p and dS uses
-it, and bf16grad takes D from the FP8 dO and dQ against the raw keys).
+`fp8[-bf16grad][-firstkey][-block32][-fwdonly|-bwdonly][-dcons][-lunq][-qkexact][-pvexact]`
+(fwdonly: FP8 forward with the float64 backward; bwdonly: float forward with the FP8 backward;
+dcons: D_i = sum_j P_ij dP_ij; lunq: the contract before 2026-11-29 — l sums the unquantized p
+and dS uses it, and bf16grad takes D from the FP8 dO and dQ against the raw keys; qkexact: S
+from the BF16 q, k; pvexact: O from the FP32 p and BF16 v), plus `bf16` (SDPA in BF16, the
+baseline's own error) and `flamia-exact` / `flamia-block32` (the CUDA kernels, GPU only).
 """
 
 from __future__ import annotations
@@ -73,7 +75,39 @@ def parse_variant(name: str) -> dict:
         kw["delta_consistent"] = True
     if "lunq" in rest:
         kw["quantized_denominator"] = False
+    if "qkexact" in rest:
+        kw["exact_scores"] = True
+    if "pvexact" in rest:
+        kw["exact_values"] = True
     return kw
+
+
+def bf16_attention(q, k, v, bounds):
+    """BF16 attention as the BF16 training run computes it (SDPA per document: FlashAttention
+    or cuDNN on the GPU), float32 out: the error level the baseline itself has."""
+    group = q.shape[1] // k.shape[1]
+    outs = []
+    for s, e in bounds:
+        qd, kd, vd = (t[s:e].to(torch.bfloat16).transpose(0, 1).unsqueeze(0) for t in (q, k, v))
+        kd, vd = kd.repeat_interleave(group, 1), vd.repeat_interleave(group, 1)
+        o = torch.nn.functional.scaled_dot_product_attention(qd, kd, vd, is_causal=True)
+        outs.append(o.squeeze(0).transpose(0, 1).float())
+    return torch.cat(outs, 0)
+
+
+def study_attention(variant: str, q, k, v, bounds, cu_seqlens):
+    """Output of one study variant: bf16, flamia-exact / flamia-block32 (the CUDA kernels, to
+    check the emulation on trained activations), or an emulated fp8 variant."""
+    if variant == "bf16":
+        return bf16_attention(q, k, v, bounds)
+    if variant.startswith("flamia-"):
+        import flamia  # the GPU package; only these variants need it
+
+        qb, kb, vb = (t.to(torch.bfloat16) for t in (q, k, v))
+        length = max(e - s for s, e in bounds)
+        return flamia.attn_varlen_func(qb, kb, vb, cu_seqlens, cu_seqlens, length, length,
+                                       causal=True, scale_mode=variant[len("flamia-"):]).float()
+    return fe.Fp8Attention.apply(q, k, v, bounds, fe.Fp8Config(**parse_variant(variant)))
 
 
 def make_attend(name: str, device=torch.device("cpu")):
@@ -114,7 +148,7 @@ def cmd_verify(args):
         ref_g = torch.autograd.grad(ref_o, (qq, kk, vv), d_out.double())
         for variant in ("fp8", "fp8-firstkey", "fp8-bf16grad", "fp8-bf16grad-lunq"):
             qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
-            o = fe.Fp8Attention.apply(qq, kk, vv, bounds, fe.Fp8Config(**parse_variant(variant)))
+            o = study_attention(variant, qq, kk, vv, bounds, rec["cu"])
             g = torch.autograd.grad(o, (qq, kk, vv), d_out)
             errs = [rel_l2(o.detach(), ref_o.detach())] + [rel_l2(a, b) for a, b in zip(g, ref_g)]
             print(f"{case:18s} {variant:20s} O {errs[0]:.4f} dQ {errs[1]:.4f} "
@@ -264,7 +298,8 @@ def cmd_errors(args):
     bounds = list(zip(cu[:-1], cu[1:]))
     state["bounds"] = bounds
     cap = Capture(attend)
-    logits = model(tokens, positions, cu_seqlens, max_seqlen, cap)
+    with torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda"):  # as train.py
+        logits = model(tokens, positions, cu_seqlens, max_seqlen, cap)
     torch.nn.functional.cross_entropy(logits.float(), targets, ignore_index=data.IGNORE).backward()
     print(f"checkpoint {args.checkpoint} (step {ckpt['step']}), documents {[e - s for s, e in bounds]}")
     scale = 1.0 / math.sqrt(model_cfg.head_dim)
@@ -282,7 +317,7 @@ def cmd_errors(args):
               f"(BOS {st['bos_key_norm']:.1f}), |q| {st['q_norm']:.1f}")
         for variant in args.variants:
             qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
-            o = fe.Fp8Attention.apply(qq, kk, vv, bounds, fe.Fp8Config(**parse_variant(variant)))
+            o = study_attention(variant, qq, kk, vv, bounds, rec["cu"])
             g = torch.autograd.grad(o, (qq, kk, vv), do)
             err = {"O": rel_l2(o.detach(), ref_o.detach())}
             err.update({n: rel_l2(a, b) for n, a, b in zip(("dQ", "dK", "dV"), g, ref_g)})

@@ -1,4 +1,4 @@
-"""A Llama-style decoder over packed documents (RMSNorm, RoPE, SwiGLU, GQA).
+"""A Llama-style decoder over packed documents (RMSNorm, RoPE, SwiGLU, GQA; optional QK-norm).
 
 The model works on one packed stream of tokens (total_tokens,) with int32 cu_seqlens marking the
 documents, as varlen attention does: no padding, and attention never crosses a document.
@@ -28,6 +28,9 @@ class ModelConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     max_positions: int = 8192
+    # RMSNorm of each head's q and k before RoPE (OLMo 2, Qwen 3, Gemma 3): bounds the logits,
+    # and with them the absolute error of FP8 Q·Kᵀ (docs/results.md, "lower-noise recipe").
+    qk_norm: bool = False
 
 
 class RMSNorm(nn.Module):
@@ -66,6 +69,9 @@ class Attention(nn.Module):
         kv_dim = cfg.n_kv_heads * cfg.head_dim
         self.wqkv = nn.Linear(cfg.d_model, q_dim + 2 * kv_dim, bias=False)
         self.wo = nn.Linear(q_dim, cfg.d_model, bias=False)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.norm_eps)
 
     def forward(self, x, cos, sin, cu_seqlens, max_seqlen, attend):
         cfg = self.cfg
@@ -75,8 +81,12 @@ class Attention(nn.Module):
         # Attention takes BF16 on the GPU; CPU smoke tests run in FP32 (BF16 is slow there).
         dtype = torch.bfloat16 if x.is_cuda else torch.float32
         q, k, v = self.wqkv(x).split((q_dim, kv_dim, kv_dim), dim=-1)
-        q = apply_rope(q.view(tokens, cfg.n_heads, cfg.head_dim), cos, sin, dtype)
-        k = apply_rope(k.view(tokens, cfg.n_kv_heads, cfg.head_dim), cos, sin, dtype)
+        q = q.view(tokens, cfg.n_heads, cfg.head_dim)
+        k = k.view(tokens, cfg.n_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q, cos, sin, dtype)
+        k = apply_rope(k, cos, sin, dtype)
         v = v.reshape(tokens, cfg.n_kv_heads, cfg.head_dim).to(dtype)
         out = attend(q, k, v, cu_seqlens, max_seqlen)
         return self.wo(out.reshape(tokens, q_dim))

@@ -7,6 +7,7 @@
 #   SEED=2 examples/pretrain/run_h200.sh       # another seed -> examples/pretrain/runs_seed2/
 #   SEQS_PER_STEP=4 examples/pretrain/run_h200.sh   # 4 x 8k tokens per step -> runs_x4/
 #   RESUME=1 ...                               # continue runs that stopped at MAX_MINUTES
+#   QK_NORM=1 ...                              # the model with QK-norm -> runs..._qknorm/
 #
 # Training numerics do not depend on the GPU being shared; timings do, hence the solo runs.
 # Each loss run stops early, with its summary written, after MAX_MINUTES (default 8), leaving a
@@ -19,7 +20,11 @@ repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
 seed=${SEED:-1}
 seqs=${SEQS_PER_STEP:-1}
+qk_norm=${QK_NORM:-0}
 suffix="$([[ $seed == 1 ]] || echo "_seed$seed")$([[ $seqs == 1 ]] || echo "_x$seqs")"
+suffix+="$([[ $qk_norm != 1 ]] || echo "_qknorm")"
+model_args=()
+[[ $qk_norm == 1 ]] && model_args=(--qk-norm)
 runs="examples/pretrain/runs$suffix"
 resume=()
 [[ ${RESUME:-0} == 1 ]] && resume=(--resume)
@@ -33,7 +38,7 @@ train() {  # out-dir, backend, extra train.py arguments
   local dir=$1 b=$2
   shift 2
   python3 examples/pretrain/train.py --attention "$b" --seqs-per-step "$seqs" --seed "$seed" \
-    --out-dir "$dir" "$@" >> "$dir/$b.log" 2>&1
+    "${model_args[@]}" --out-dir "$dir" "$@" >> "$dir/$b.log" 2>&1
 }
 for b in "${backends[@]}"; do
   train "$runs" "$b" --max-minutes "${MAX_MINUTES:-8}" "${resume[@]}" &
@@ -47,4 +52,4 @@ for b in "${backends[@]}"; do train "$runs/timing" "$b" --max-minutes 0.3; done
 summary=bench/results/pretrain$suffix
 python3 examples/pretrain/summarize.py --runs-dir "$runs" --timing-dir "$runs/timing" \
   --out-json "$summary.json" --png "$summary.png"
-if [[ -n "${OUT:-}" ]]; then tar czf "$OUT/pretrain$suffix.tgz" "$runs" "$summary.json" "$summary.png"; fi
+if [[ -n "${OUT:-}" ]]; then tar czf "$OUT/pretrain$suffix.tgz" --exclude="*.pt" "$runs" "$summary.json" "$summary.png"; fi

@@ -202,6 +202,8 @@ def parse_args(argv=None):
                         help="flamia key smoothing (first_key: subtract each document's first "
                              "key; reduces the FP8 error when keys share a large component "
                              "or a sink token attracts attention)")
+    parser.add_argument("--qk-norm", action="store_true",
+                        help="RMSNorm of each head's q and k before RoPE (model.py)")
     parser.add_argument("--precision", default="fp8", choices=("fp8", "fp8-bf16grad"),
                         help="flamia backward precision")
     parser.add_argument("--compile", action="store_true",
@@ -228,6 +230,7 @@ def main(argv=None):
         if getattr(args, name) is not None:
             setattr(train_cfg, name, getattr(args, name))
     model_cfg.max_positions = max(model_cfg.max_positions, train_cfg.seq_len)
+    model_cfg.qk_norm = model_cfg.qk_norm or args.qk_norm
     device = torch.device(args.device)
     out_dir = pathlib.Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -178,3 +178,52 @@ def test_fp8_emulation_forward_is_the_contract(scale_mode, key_smoothing):
     out = attend(q.float(), k.float(), v.float(), cu, max(lens))
     want, _ = contract_forward(q, k, v, cu, cu, scale, True, scale_mode, key_smoothing)
     assert torch.equal(out, want.bfloat16().float())
+
+
+def test_fp8_emulation_ablations_remove_their_error():
+    """The study's forward ablations: exact scores and exact values together give float
+    attention; either alone still carries the other half's FP8 error."""
+    import fp8_emulation as fe
+
+    gen = torch.Generator().manual_seed(5)
+    lens = [113, 17, 1]
+    total, heads_q, heads_kv, dim = sum(lens), 4, 2, 64
+    q, k, v = (torch.randn(total, h, dim, generator=gen).bfloat16().float()
+               for h in (heads_q, heads_kv, heads_kv))
+    cu = torch.tensor([0, *np.cumsum(lens)], dtype=torch.int32)
+    ref, _ = attention_f64(q, k, v, cu, cu, 1 / math.sqrt(dim), True)
+
+    def error(**ablation):
+        return rel_l2(fe.make_attention(**ablation)(q, k, v, cu, max(lens)), ref)
+
+    assert error(exact_scores=True, exact_values=True) < 5e-3  # BF16 output rounding only
+    for ablation in ({}, {"exact_scores": True}, {"exact_values": True}):
+        assert error(**ablation) > 1e-2, ablation
+
+
+def test_qk_norm_gives_unit_rms_heads():
+    """model.py's QK-norm: every head of q and k reaches attention with RMS 1 (weights at 1;
+    RoPE keeps each channel pair's norm), and the default model does not normalise."""
+    from model import Decoder, ModelConfig
+
+    cfg = ModelConfig(d_model=64, n_layers=1, n_heads=4, n_kv_heads=2, head_dim=16,
+                      ffn_hidden=64, max_positions=64)
+    tokens = torch.randint(0, 256, (40,), generator=torch.Generator().manual_seed(0))
+    positions = torch.arange(40)
+    cu = torch.tensor([0, 23, 40], dtype=torch.int32)
+    seen = {}
+
+    def attend(q, k, v, cu_seqlens, max_seqlen):
+        seen["q"], seen["k"] = q, k
+        return torch.zeros_like(q)
+
+    def head_rms(x):
+        return x.float().pow(2).mean(-1).sqrt()
+
+    torch.manual_seed(0)
+    Decoder(cfg)(tokens, positions, cu, 23, attend)
+    assert (head_rms(seen["q"]) - 1).abs().max() > 0.1
+    torch.manual_seed(0)
+    Decoder(ModelConfig(**{**cfg.__dict__, "qk_norm": True}))(tokens, positions, cu, 23, attend)
+    for name in ("q", "k"):
+        assert torch.allclose(head_rms(seen[name]), torch.ones(()), atol=1e-3), name

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The gradient-error study on a trained 63M model (GPU): trains the BF16 run of the lower-noise
+# recipe (4 x 8k tokens per step, seed 1) to its end with a checkpoint, then measures every
+# attention variant of investigate_divergence.py against float64 on that model's activations
+# (one 8k-token sequence; all ten layers). An ablation training run (ABLATION_ARGS, train.py
+# arguments) can share the GPU meanwhile, stopped after ABLATION_MINUTES.
+#
+#   examples/pretrain/study_h200.sh
+#   ABLATION_ARGS="--attention flamia_exact --precision fp8-bf16grad" examples/pretrain/study_h200.sh
+#   QK_NORM=1 examples/pretrain/study_h200.sh   # the model with QK-norm -> runs_study_qknorm/
+#
+# Results (study JSON and log, CSVs) are copied to $OUT when it is set.
+set -euo pipefail
+repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+cd "$repo"
+qk_norm=()
+[[ ${QK_NORM:-0} == 1 ]] && qk_norm=(--qk-norm)
+runs=examples/pretrain/runs_study$([[ ${QK_NORM:-0} != 1 ]] || echo _qknorm)
+mkdir -p "$runs/ablation"
+export PYTHONUNBUFFERED=1 PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
+scripts/install-python --no-pip
+variants=(bf16 flamia-exact flamia-block32 fp8 fp8-block32 fp8-bf16grad fp8-firstkey fp8-fwdonly
+  fp8-bwdonly fp8-qkexact fp8-pvexact fp8-dcons)
+train=(python3 examples/pretrain/train.py --seqs-per-step 4 --seed 1 "${qk_norm[@]}")
+if [[ -n ${ABLATION_ARGS:-} ]]; then
+  # shellcheck disable=SC2086
+  "${train[@]}" $ABLATION_ARGS --out-dir "$runs/ablation" \
+    --max-minutes "${ABLATION_MINUTES:-8}" > "$runs/ablation/train.log" 2>&1 &
+fi
+[[ -f $runs/bf16.pt ]] || "${train[@]}" --attention bf16 --out-dir "$runs" \
+  --save-checkpoint "$runs/bf16.pt" > "$runs/bf16.log" 2>&1
+python3 examples/pretrain/investigate_divergence.py errors --checkpoint "$runs/bf16.pt" \
+  --device cuda --seqs 1 --variants "${variants[@]}" --json "$runs/study.json" \
+  2>&1 | tee "$runs/study.log"
+wait
+if [[ -n ${OUT:-} ]]; then
+  tar czf "$OUT/study.tgz" "$runs"/*.json "$runs"/*.log "$runs"/*.csv "$runs"/ablation/*.csv \
+    "$runs"/ablation/*.json "$runs"/ablation/*.log 2>/dev/null || true
+fi
