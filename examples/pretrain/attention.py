@@ -6,6 +6,9 @@ Backends (all causal over packed documents, (tokens, heads, head_dim) BF16 input
   extra packages. Falls back to `sdpa` when this torch has no varlen_attn.
 - sdpa: F.scaled_dot_product_attention per document (slow; for CPU smoke tests).
 - flamia_exact / flamia_block32: flamia.attn_varlen_func with that scale mode.
+- fp8fwd_bf16bwd / bf16fwd_fp8bwd: the forward value of one (flamia exact / bf16) with the
+  gradient of the other (`straight_through`): which half of FP8 attention costs the loss.
+  Each computes both forwards, so their timings mean nothing.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ import time
 import torch
 import torch.nn.functional as F
 
-BACKENDS = ("bf16", "sdpa", "flamia_exact", "flamia_block32")
+# Straight-through pairs: backend name -> (backend giving the value, backend giving the gradient)
+MIXED = {"fp8fwd_bf16bwd": ("flamia_exact", "bf16"), "bf16fwd_fp8bwd": ("bf16", "flamia_exact")}
+BACKENDS = ("bf16", "sdpa", "flamia_exact", "flamia_block32", *MIXED)
 
 
 class AttentionTimer:
@@ -101,6 +106,25 @@ def _sdpa(q, k, v, cu_seqlens, max_seqlen, bounds):
     return torch.cat(outs, dim=0)
 
 
+def straight_through(value_attend, gradient_attend):
+    """An attend whose output equals value_attend's and whose gradient is
+    gradient_attend's (each with its own forward). A component's host-side `state` (sdpa's
+    document bounds) is passed on; at most one may have one."""
+
+    def attend(q, k, v, cu_seqlens, max_seqlen):
+        with torch.no_grad():
+            value = value_attend(q, k, v, cu_seqlens, max_seqlen)
+        carrier = gradient_attend(q, k, v, cu_seqlens, max_seqlen)
+        return value + (carrier - carrier.detach())  # adds exact zeros: the value unchanged
+
+    states = [a.state for a in (value_attend, gradient_attend) if hasattr(a, "state")]
+    if len(states) > 1:
+        raise ValueError("straight_through: at most one component may keep host-side state")
+    if states:
+        attend.state = states[0]
+    return attend
+
+
 def make_backend(name: str, device: torch.device, precision: str = "fp8",
                  heads=(8, 2, 128), key_smoothing: str = "none"):
     """Returns (attend, description). `attend(q, k, v, cu_seqlens, max_seqlen)`. The sdpa
@@ -108,6 +132,11 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
     (heads_q, heads_kv, head_dim) is the shape the bf16 backend probes for native GQA."""
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {BACKENDS}")
+    if name in MIXED:
+        (value, value_path), (gradient, gradient_path) = (
+            make_backend(part, device, precision, heads, key_smoothing) for part in MIXED[name])
+        return straight_through(value, gradient), (f"value: {value_path}; "
+                                                   f"gradient: {gradient_path}")
     if name == "bf16":
         try:
             from torch.nn.attention.varlen import varlen_attn

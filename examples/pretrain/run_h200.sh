@@ -8,6 +8,8 @@
 #   SEQS_PER_STEP=4 examples/pretrain/run_h200.sh   # 4 x 8k tokens per step -> runs_x4/
 #   RESUME=1 ...                               # continue runs that stopped at MAX_MINUTES
 #   QK_NORM=1 ...                              # the model with QK-norm -> runs..._qknorm/
+#   BACKENDS="fp8fwd_bf16bwd bf16fwd_fp8bwd" TIMING=0 ...  # other backends (attention.py);
+#       without bf16 among them, summarise against a BF16 run's CSV; TIMING=0: no timing runs
 #
 # Training numerics do not depend on the GPU being shared; timings do, hence the solo runs.
 # Each loss run stops early, with its summary written, after MAX_MINUTES (default 8), leaving a
@@ -28,7 +30,7 @@ model_args=()
 runs="examples/pretrain/runs$suffix"
 resume=()
 [[ ${RESUME:-0} == 1 ]] && resume=(--resume)
-backends=(bf16 flamia_exact flamia_block32)
+read -r -a backends <<< "${BACKENDS:-bf16 flamia_exact flamia_block32}"
 mkdir -p "$runs/timing"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 scripts/install-python --no-pip
@@ -48,8 +50,16 @@ if compgen -G "$runs/*.resume.pt" >/dev/null; then
   echo "run_h200: stopped at MAX_MINUTES; continue with RESUME=1 while the machine is warm"
   exit 0
 fi
-for b in "${backends[@]}"; do train "$runs/timing" "$b" --max-minutes 0.3; done
+if [[ ${TIMING:-1} == 1 ]]; then  # TIMING=0: no solo timing runs (the mixed backends' mean nothing)
+  for b in "${backends[@]}"; do train "$runs/timing" "$b" --max-minutes 0.3; done
+fi
 summary=bench/results/pretrain$suffix
-python3 examples/pretrain/summarize.py --runs-dir "$runs" --timing-dir "$runs/timing" \
-  --out-json "$summary.json" --png "$summary.png"
-if [[ -n "${OUT:-}" ]]; then tar czf "$OUT/pretrain$suffix.tgz" --exclude="*.pt" "$runs" "$summary.json" "$summary.png"; fi
+results=("$runs")
+if [[ " ${backends[*]} " == *" bf16 "* ]]; then
+  python3 examples/pretrain/summarize.py --runs-dir "$runs" --timing-dir "$runs/timing" \
+    --runs "${backends[@]}" --out-json "$summary.json" --png "$summary.png"
+  results+=("$summary.json" "$summary.png")
+else
+  echo "run_h200: no bf16 run here; summarise with summarize.py next to a BF16 run's CSV"
+fi
+if [[ -n "${OUT:-}" ]]; then tar czf "$OUT/pretrain$suffix.tgz" --exclude="*.pt" "${results[@]}"; fi

@@ -227,3 +227,32 @@ def test_qk_norm_gives_unit_rms_heads():
     Decoder(ModelConfig(**{**cfg.__dict__, "qk_norm": True}))(tokens, positions, cu, 23, attend)
     for name in ("q", "k"):
         assert torch.allclose(head_rms(seen[name]), torch.ones(()), atol=1e-3), name
+
+
+def test_straight_through_takes_the_value_of_one_and_the_gradient_of_the_other():
+    """attention.straight_through (the fp8fwd_bf16bwd / bf16fwd_fp8bwd backends): the output is
+    the value backend's exactly, the gradients are the gradient backend's."""
+    gen = torch.Generator().manual_seed(2)
+    lens = [17, 1, 46]
+    cu = torch.tensor([0, *np.cumsum(lens)], dtype=torch.int32)
+    bounds = list(zip(cu[:-1].tolist(), cu[1:].tolist()))
+    q, k, v = (torch.randn(sum(lens), h, 16, generator=gen) for h in (4, 2, 2))
+    value_attend, _ = backends.make_backend("sdpa", torch.device("cpu"))
+    value_attend.state["bounds"] = bounds
+
+    def gradient_attend(q, k, v, cu_seqlens, max_seqlen):  # another function, other gradients
+        return backends._sdpa(q * 2, k, v.flip(0), cu_seqlens, max_seqlen, bounds)
+
+    mixed = backends.straight_through(value_attend, gradient_attend)
+    assert mixed.state is value_attend.state
+    inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = mixed(*inputs, cu, max(lens))
+    assert torch.equal(out, value_attend(q, k, v, cu, max(lens)))
+    weights = torch.randn(out.shape, generator=gen)
+    got = torch.autograd.grad((out * weights).sum(), inputs)
+    inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+    want = torch.autograd.grad((gradient_attend(*inputs, cu, max(lens)) * weights).sum(), inputs)
+    for g, w in zip(got, want):
+        assert torch.allclose(g, w, rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="at most one"):
+        backends.straight_through(value_attend, value_attend)
