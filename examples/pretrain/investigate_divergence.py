@@ -148,7 +148,7 @@ def cmd_verify(args):
         ref_g = torch.autograd.grad(ref_o, (qq, kk, vv), d_out.double())
         for variant in ("fp8", "fp8-firstkey", "fp8-bf16grad", "fp8-bf16grad-lunq"):
             qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
-            o = study_attention(variant, qq, kk, vv, bounds, rec["cu"])
+            o = study_attention(variant, qq, kk, vv, bounds, cu_seqlens=None)
             g = torch.autograd.grad(o, (qq, kk, vv), d_out)
             errs = [rel_l2(o.detach(), ref_o.detach())] + [rel_l2(a, b) for a, b in zip(g, ref_g)]
             print(f"{case:18s} {variant:20s} O {errs[0]:.4f} dQ {errs[1]:.4f} "
@@ -277,10 +277,9 @@ def invariant_error(dk_err, dk_ref, bounds) -> float:
     return math.sqrt(num / max(den, 1e-30))
 
 
-def cmd_errors(args):
-    torch.manual_seed(0)
-    torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+def capture_layers(args, device):
+    """Runs one batch through the checkpoint's model with float attention: per layer the BF16
+    q, k, v, dO and cu_seqlens (Capture records), and the softmax scale."""
     ckpt = torch.load(args.checkpoint, map_location=device)
     # train.py --save-checkpoint stores its configs (the h200 model); the study's own train
     # command stores none (the cpu-tiny model).
@@ -295,18 +294,68 @@ def cmd_errors(args):
     tokens, targets, positions, cu_seqlens, max_seqlen = batch
     attend, state = make_attend("sdpa", device)
     cu = cu_seqlens.tolist()
-    bounds = list(zip(cu[:-1], cu[1:]))
-    state["bounds"] = bounds
+    state["bounds"] = list(zip(cu[:-1], cu[1:]))
     cap = Capture(attend)
     with torch.autocast(device.type, torch.bfloat16, enabled=device.type == "cuda"):  # as train.py
         logits = model(tokens, positions, cu_seqlens, max_seqlen, cap)
     torch.nn.functional.cross_entropy(logits.float(), targets, ignore_index=data.IGNORE).backward()
-    print(f"checkpoint {args.checkpoint} (step {ckpt['step']}), documents {[e - s for s, e in bounds]}")
-    scale = 1.0 / math.sqrt(model_cfg.head_dim)
+    print(f"checkpoint {args.checkpoint} (step {ckpt['step']}), documents "
+          f"{[e - s for s, e in state['bounds']]}")
+    records = [{n: bf16_round(rec[n]) for n in ("q", "k", "v", "do")} | {"cu": rec["cu"]}
+               for rec in cap.records]
+    return records, 1.0 / math.sqrt(model_cfg.head_dim)
+
+
+def truncate_record(rec, tokens: int) -> dict:
+    """The record's first `tokens` tokens (a document cut there keeps its prefix: causal
+    attention of a prefix needs nothing after it), as BF16 on the CPU."""
+    cu = [min(int(c), tokens) for c in rec["cu"].tolist()]
+    cu = [c for i, c in enumerate(cu) if i == 0 or c > cu[i - 1]]
+    out = {n: rec[n][: cu[-1]].to("cpu", torch.bfloat16) for n in ("q", "k", "v", "do")}
+    return out | {"cu": torch.tensor(cu, dtype=torch.int32)}
+
+
+def dump_layers(records, scale, directory, layers, tokens):
+    """One file per layer (layer_NN.pt) of truncated records: small enough to bring back from
+    the GPU machine (16 MiB per file), for `errors --from-dump` on any machine."""
+    directory = pathlib.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    for layer in layers:
+        rec = truncate_record(records[layer], tokens) | {"scale": scale, "layer": layer}
+        torch.save(rec, directory / f"layer_{layer:02d}.pt")
+
+
+def load_dump(directory, device):
+    records, layers, scale = [], [], None
+    for path in sorted(pathlib.Path(directory).glob("layer_*.pt")):
+        rec = torch.load(path, map_location=device)
+        records.append({n: rec[n].float() for n in ("q", "k", "v", "do")} | {"cu": rec["cu"]})
+        layers.append(rec["layer"])
+        scale = rec["scale"]
+    if not records:
+        raise SystemExit(f"errors --from-dump: no layer_*.pt in {directory}")
+    return records, layers, scale
+
+
+def cmd_errors(args):
+    torch.manual_seed(0)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if args.from_dump:
+        records, layers, scale = load_dump(args.from_dump, device)
+    elif args.checkpoint:
+        records, scale = capture_layers(args, device)
+        layers = list(range(len(records)))
+        if args.dump:
+            dump_layers(records, scale, args.dump, args.dump_layers or layers, args.dump_tokens)
+    else:
+        raise SystemExit("errors: give --checkpoint or --from-dump")
     results = []
-    for layer, rec in enumerate(cap.records):
+    for layer, rec in zip(layers, records):
+        cu = rec["cu"].to(device)
+        bounds = list(zip(cu[:-1].tolist(), cu[1:].tolist()))
         st = attention_stats(rec, scale)
-        q, k, v, do = (bf16_round(rec[n]) for n in ("q", "k", "v", "do"))
+        q, k, v, do = rec["q"], rec["k"], rec["v"], rec["do"]
         do = do * args.do_scale
         q = bf16_round(q * args.q_scale)  # sharper softmax: how errors grow with the logits
         qq, kk, vv = (t.double().requires_grad_() for t in (q, k, v))
@@ -317,7 +366,7 @@ def cmd_errors(args):
               f"(BOS {st['bos_key_norm']:.1f}), |q| {st['q_norm']:.1f}")
         for variant in args.variants:
             qq, kk, vv = (t.clone().requires_grad_() for t in (q, k, v))
-            o = study_attention(variant, qq, kk, vv, bounds, rec["cu"])
+            o = study_attention(variant, qq, kk, vv, bounds, cu)
             g = torch.autograd.grad(o, (qq, kk, vv), do)
             err = {"O": rel_l2(o.detach(), ref_o.detach())}
             err.update({n: rel_l2(a, b) for n, a, b in zip(("dQ", "dK", "dV"), g, ref_g)})
@@ -353,7 +402,11 @@ def main(argv=None):
     t.add_argument("--threads", type=int, default=2)
     t.add_argument("--out", required=True, help="path prefix for .csv and .pt")
     e = sub.add_parser("errors")
-    e.add_argument("--checkpoint", required=True)
+    e.add_argument("--checkpoint", help="train.py --save-checkpoint's file")
+    e.add_argument("--from-dump", metavar="DIR", help="layers saved by --dump, instead")
+    e.add_argument("--dump", metavar="DIR", help="also save the layers' q, k, v, dO there")
+    e.add_argument("--dump-layers", type=int, nargs="+", help="which layers (default all)")
+    e.add_argument("--dump-tokens", type=int, default=2048, help="first tokens kept per layer")
     e.add_argument("--variants", nargs="+", default=list(VARIANTS_FOR_ERRORS))
     e.add_argument("--batch-seed", type=int, default=99)
     e.add_argument("--do-scale", type=float, default=1.0)

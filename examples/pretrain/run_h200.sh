@@ -43,7 +43,9 @@ train() {  # out-dir, backend, extra train.py arguments
     "${model_args[@]}" --out-dir "$dir" "$@" >> "$dir/$b.log" 2>&1
 }
 for b in "${backends[@]}"; do
-  train "$runs" "$b" --max-minutes "${MAX_MINUTES:-8}" "${resume[@]}" &
+  # the final weights too (git-ignored, not copied back): study_h200.sh CHECKPOINT=... reads them
+  train "$runs" "$b" --max-minutes "${MAX_MINUTES:-8}" "${resume[@]}" \
+    --save-checkpoint "$runs/$b.pt" &
 done
 wait
 if compgen -G "$runs/*.resume.pt" >/dev/null; then

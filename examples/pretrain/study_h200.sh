@@ -8,6 +8,11 @@
 #   examples/pretrain/study_h200.sh
 #   ABLATION_ARGS="--attention flamia_exact --precision fp8-bf16grad" examples/pretrain/study_h200.sh
 #   QK_NORM=1 examples/pretrain/study_h200.sh   # the model with QK-norm -> runs_study_qknorm/
+#   CHECKPOINT=examples/pretrain/runs_x4_qknorm/bf16.pt examples/pretrain/study_h200.sh
+#       # the study on a run_h200.sh run's weights (no training here)
+#
+# Four layers' q, k, v, dO (first 2,048 tokens) also go to $OUT/dump/ for `investigate_divergence.py
+# errors --from-dump` on any machine.
 #
 # Results (study JSON and log, CSVs) are copied to $OUT when it is set.
 set -euo pipefail
@@ -27,10 +32,13 @@ if [[ -n ${ABLATION_ARGS:-} ]]; then
   "${train[@]}" $ABLATION_ARGS --out-dir "$runs/ablation" \
     --max-minutes "${ABLATION_MINUTES:-8}" > "$runs/ablation/train.log" 2>&1 &
 fi
-[[ -f $runs/bf16.pt ]] || "${train[@]}" --attention bf16 --out-dir "$runs" \
-  --save-checkpoint "$runs/bf16.pt" > "$runs/bf16.log" 2>&1
-python3 examples/pretrain/investigate_divergence.py errors --checkpoint "$runs/bf16.pt" \
-  --device cuda --seqs 1 --variants "${variants[@]}" --json "$runs/study.json" \
+checkpoint=${CHECKPOINT:-$runs/bf16.pt}
+[[ -f $checkpoint ]] || "${train[@]}" --attention bf16 --out-dir "$runs" \
+  --save-checkpoint "$checkpoint" > "$runs/bf16.log" 2>&1
+dump=()
+[[ -n ${OUT:-} ]] && dump=(--dump "$OUT/dump" --dump-layers 0 3 6 9 --dump-tokens 2048)
+python3 examples/pretrain/investigate_divergence.py errors --checkpoint "$checkpoint" \
+  --device cuda --seqs 1 --variants "${variants[@]}" --json "$runs/study.json" "${dump[@]}" \
   2>&1 | tee "$runs/study.log"
 wait
 if [[ -n ${OUT:-} ]]; then

@@ -256,3 +256,22 @@ def test_straight_through_takes_the_value_of_one_and_the_gradient_of_the_other()
         assert torch.allclose(g, w, rtol=1e-6, atol=1e-6)
     with pytest.raises(ValueError, match="at most one"):
         backends.straight_through(value_attend, value_attend)
+
+
+def test_error_study_dump_keeps_whole_prefixes(tmp_path):
+    """investigate_divergence.py --dump / --from-dump: the first N tokens of each layer, the
+    document cut at N kept as its prefix, values unchanged (BF16)."""
+    import investigate_divergence as study
+
+    gen = torch.Generator().manual_seed(4)
+    cu = torch.tensor([0, 5, 40, 90], dtype=torch.int32)
+    rec = {n: torch.randn(90, h, 8, generator=gen).bfloat16().float()
+           for n, h in (("q", 4), ("k", 2), ("v", 2), ("do", 4))} | {"cu": cu}
+    study.dump_layers([rec, rec], 0.25, tmp_path, [1], tokens=60)
+    records, layers, scale = study.load_dump(tmp_path, torch.device("cpu"))
+    assert layers == [1] and scale == 0.25 and len(records) == 1
+    assert records[0]["cu"].tolist() == [0, 5, 40, 60]
+    for name in ("q", "k", "v", "do"):
+        assert torch.equal(records[0][name], rec[name][:60])
+    short = study.truncate_record(rec, 40)  # a cut on a boundary adds no empty document
+    assert short["cu"].tolist() == [0, 5, 40]
