@@ -9,6 +9,9 @@ Backends (all causal over packed documents, (tokens, heads, head_dim) BF16 input
 - fp8fwd_bf16bwd / bf16fwd_fp8bwd: the forward value of one (flamia exact / bf16) with the
   gradient of the other (`straight_through`): which half of FP8 attention costs the loss.
   Each computes both forwards, so their timings mean nothing.
+- bf16_fp8qk / bf16_fp8qkv: bf16 on q, k (and v) rounded to E4M3 at flamia's per-token scales
+  (fp8_emulation.fake_quantize_per_token, straight-through gradient): FP8's operand error alone,
+  with BF16 probabilities and gradients — does Q·Kᵀ's quantization cost the loss?
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ import torch.nn.functional as F
 
 # Straight-through pairs: backend name -> (backend giving the value, backend giving the gradient)
 MIXED = {"fp8fwd_bf16bwd": ("flamia_exact", "bf16"), "bf16fwd_fp8bwd": ("bf16", "flamia_exact")}
-BACKENDS = ("bf16", "sdpa", "flamia_exact", "flamia_block32", *MIXED)
+# bf16 on fake-quantized operands: backend name -> the operands rounded to E4M3
+FAKE_QUANTIZED = {"bf16_fp8qk": ("q", "k"), "bf16_fp8qkv": ("q", "k", "v")}
+BACKENDS = ("bf16", "sdpa", "flamia_exact", "flamia_block32", *MIXED, *FAKE_QUANTIZED)
 
 
 class AttentionTimer:
@@ -125,6 +130,21 @@ def straight_through(value_attend, gradient_attend):
     return attend
 
 
+def with_fake_quantized(attend, operands):
+    """attend on `operands` (names among q, k, v) rounded to E4M3 at per-token scales."""
+    from fp8_emulation import fake_quantize_per_token
+
+    def quantized(q, k, v, cu_seqlens, max_seqlen):
+        args = {"q": q, "k": k, "v": v}
+        for name in operands:
+            args[name] = fake_quantize_per_token(args[name])
+        return attend(args["q"], args["k"], args["v"], cu_seqlens, max_seqlen)
+
+    if hasattr(attend, "state"):
+        quantized.state = attend.state
+    return quantized
+
+
 def make_backend(name: str, device: torch.device, precision: str = "fp8",
                  heads=(8, 2, 128), key_smoothing: str = "none"):
     """Returns (attend, description). `attend(q, k, v, cu_seqlens, max_seqlen)`. The sdpa
@@ -132,6 +152,11 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
     (heads_q, heads_kv, head_dim) is the shape the bf16 backend probes for native GQA."""
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {BACKENDS}")
+    if name in FAKE_QUANTIZED:
+        operands = FAKE_QUANTIZED[name]
+        attend, path = make_backend("bf16", device, precision, heads, key_smoothing)
+        return with_fake_quantized(attend, operands), (
+            f"{path}, on {', '.join(operands)} rounded to E4M3 at per-token scales")
     if name in MIXED:
         (value, value_path), (gradient, gradient_path) = (
             make_backend(part, device, precision, heads, key_smoothing) for part in MIXED[name])

@@ -20,7 +20,9 @@ Attention variants: sdpa (float), and fp8 variants named
 dcons: D_i = sum_j P_ij dP_ij; lunq: the contract before 2026-11-29 — l sums the unquantized p
 and dS uses it, and bf16grad takes D from the FP8 dO and dQ against the raw keys; qkexact: S
 from the BF16 q, k; pvexact: O from the FP32 p and BF16 v), plus `bf16` (SDPA in BF16, the
-baseline's own error) and `flamia-exact` / `flamia-block32` (the CUDA kernels, GPU only).
+baseline's own error), `bf16-fp8qk` / `bf16-fp8qkv` (BF16 attention on E4M3-rounded operands,
+the pretraining backends bf16_fp8qk / bf16_fp8qkv) and `flamia-exact` / `flamia-block32` (the CUDA
+kernels, GPU only).
 """
 
 from __future__ import annotations
@@ -100,6 +102,9 @@ def study_attention(variant: str, q, k, v, bounds, cu_seqlens):
     check the emulation on trained activations), or an emulated fp8 variant."""
     if variant == "bf16":
         return bf16_attention(q, k, v, bounds)
+    if variant in ("bf16-fp8qk", "bf16-fp8qkv"):  # attention.py's bf16_fp8qk / bf16_fp8qkv
+        fq = fe.fake_quantize_per_token
+        return bf16_attention(fq(q), fq(k), fq(v) if variant.endswith("v") else v, bounds)
     if variant.startswith("flamia-"):
         import flamia  # the GPU package; only these variants need it
 

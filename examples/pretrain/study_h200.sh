@@ -24,8 +24,8 @@ runs=examples/pretrain/runs_study$([[ ${QK_NORM:-0} != 1 ]] || echo _qknorm)
 mkdir -p "$runs/ablation"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 scripts/install-python --no-pip
-variants=(bf16 flamia-exact flamia-block32 fp8 fp8-block32 fp8-bf16grad fp8-firstkey fp8-fwdonly
-  fp8-bwdonly fp8-qkexact fp8-pvexact fp8-dcons)
+variants=(bf16 bf16-fp8qk bf16-fp8qkv flamia-exact flamia-block32 fp8 fp8-block32 fp8-bf16grad
+  fp8-firstkey fp8-fwdonly fp8-bwdonly fp8-qkexact fp8-pvexact fp8-dcons)
 train=(python3 examples/pretrain/train.py --seqs-per-step 4 --seed 1 "${qk_norm[@]}")
 if [[ -n ${ABLATION_ARGS:-} ]]; then
   # shellcheck disable=SC2086

@@ -275,3 +275,33 @@ def test_error_study_dump_keeps_whole_prefixes(tmp_path):
         assert torch.equal(records[0][name], rec[name][:60])
     short = study.truncate_record(rec, 40)  # a cut on a boundary adds no empty document
     assert short["cu"].tolist() == [0, 5, 40]
+
+
+def test_fake_quantized_operands_are_the_contracts_fp8_values():
+    """fp8_emulation.fake_quantize_per_token (the bf16_fp8qk / bf16_fp8qkv backends): the value is
+    the contract's dequantized E4M3 operand (exact blocks) in BF16 exactly, the gradient the
+    identity; the backend runs bf16 attention on those values."""
+    import fp8_emulation as fe
+
+    gen = torch.Generator().manual_seed(6)
+    x = (torch.randn(50, 3, 64, generator=gen) * torch.logspace(-3, 3, 50).view(50, 1, 1))
+    x = x.bfloat16().requires_grad_()
+    codes, e = fe.quantize_tokens(x.detach().float(), torch.arange(50))
+    want = codes * torch.exp2(e).unsqueeze(2)
+    got = fe.fake_quantize_per_token(x)
+    assert got.dtype == torch.bfloat16 and torch.equal(got.float(), want)
+    assert not torch.equal(got, x.detach())
+    weights = torch.randn(x.shape, generator=gen)
+    (grad,) = torch.autograd.grad((got.float() * weights).sum(), x)
+    assert torch.equal(grad.float(), weights.bfloat16().float())
+
+    lens = [30, 1, 19]
+    cu = torch.tensor([0, *np.cumsum(lens)], dtype=torch.int32)
+    bounds = list(zip(cu[:-1].tolist(), cu[1:].tolist()))
+    q, k, v = (torch.randn(50, h, 16, generator=gen).bfloat16() for h in (4, 2, 2))
+    attend, path = backends.make_backend("bf16_fp8qk", torch.device("cpu"))
+    attend.state["bounds"] = bounds
+    fq = fe.fake_quantize_per_token
+    assert torch.equal(attend(q, k, v, cu, 30), backends._sdpa(fq(q), fq(k), v, cu, 30, bounds))
+    assert not torch.equal(attend(q, k, v, cu, 30), backends._sdpa(q, k, v, cu, 30, bounds))
+    assert "rounded to E4M3" in path
