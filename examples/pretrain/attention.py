@@ -119,6 +119,8 @@ def straight_through(value_attend, gradient_attend):
     def attend(q, k, v, cu_seqlens, max_seqlen):
         with torch.no_grad():
             value = value_attend(q, k, v, cu_seqlens, max_seqlen)
+        if not torch.is_grad_enabled():  # evaluation: no gradient to carry
+            return value
         carrier = gradient_attend(q, k, v, cu_seqlens, max_seqlen)
         return value + (carrier - carrier.detach())  # adds exact zeros: the value unchanged
 
@@ -127,6 +129,9 @@ def straight_through(value_attend, gradient_attend):
         raise ValueError("straight_through: at most one component may keep host-side state")
     if states:
         attend.state = states[0]
+    explains = [a.explain for a in (value_attend, gradient_attend) if hasattr(a, "explain")]
+    if explains:  # flamia's account of its kernel path
+        attend.explain = explains[0]
     return attend
 
 

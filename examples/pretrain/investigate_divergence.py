@@ -85,8 +85,8 @@ def parse_variant(name: str) -> dict:
 
 
 def bf16_attention(q, k, v, bounds):
-    """BF16 attention as the BF16 training run computes it (SDPA per document: FlashAttention
-    or cuDNN on the GPU), float32 out: the error level the baseline itself has."""
+    """BF16 attention (SDPA per document, KV heads repeated: FlashAttention or cuDNN on the GPU;
+    the training baseline uses FA2 varlen), float32 out: the baseline's error level."""
     group = q.shape[1] // k.shape[1]
     outs = []
     for s, e in bounds:
@@ -321,8 +321,8 @@ def truncate_record(rec, tokens: int) -> dict:
 
 
 def dump_layers(records, scale, directory, layers, tokens):
-    """One file per layer (layer_NN.pt) of truncated records: small enough to bring back from
-    the GPU machine (16 MiB per file), for `errors --from-dump` on any machine."""
+    """One file per layer (layer_NN.pt) of truncated records, for `errors --from-dump` on any
+    machine: 2,048 tokens of the h200 model are 8 MiB, under the GPU machine's 16 MiB per file."""
     directory = pathlib.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     for layer in layers:

@@ -28,8 +28,9 @@ class ModelConfig:
     rope_theta: float = 10000.0
     norm_eps: float = 1e-5
     max_positions: int = 8192
-    # RMSNorm of each head's q and k before RoPE (OLMo 2, Qwen 3, Gemma 3): bounds the logits,
-    # and with them the absolute error of FP8 Q·Kᵀ (docs/results.md, "lower-noise recipe").
+    # RMSNorm of each head's q and k before RoPE (OLMo 2, Qwen 3, Gemma 3): fixes their scale up to
+    # learnable gains, and with it the absolute error of FP8 Q·Kᵀ (docs/results.md, "lower-noise
+    # recipe").
     qk_norm: bool = False
 
 

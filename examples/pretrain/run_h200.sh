@@ -9,7 +9,8 @@
 #   RESUME=1 ...                               # continue runs that stopped at MAX_MINUTES
 #   QK_NORM=1 ...                              # the model with QK-norm -> runs..._qknorm/
 #   BACKENDS="fp8fwd_bf16bwd bf16fwd_fp8bwd" TIMING=0 ...  # other backends (attention.py);
-#       without bf16 among them, summarise against a BF16 run's CSV; TIMING=0: no timing runs
+#       without bf16 among them, summarise against a BF16 run's CSV; TIMING=0: no solo timing
+#       runs (step times are then those of the runs sharing the GPU)
 #
 # Training numerics do not depend on the GPU being shared; timings do, hence the solo runs.
 # Each loss run stops early, with its summary written, after MAX_MINUTES (default 8), leaving a
@@ -58,7 +59,9 @@ fi
 summary=bench/results/pretrain$suffix
 results=("$runs")
 if [[ " ${backends[*]} " == *" bf16 "* ]]; then
-  python3 examples/pretrain/summarize.py --runs-dir "$runs" --timing-dir "$runs/timing" \
+  timing=()  # TIMING=0: step_ms / attention_ms are those of the runs that shared the GPU
+  [[ ${TIMING:-1} == 1 ]] && timing=(--timing-dir "$runs/timing")
+  python3 examples/pretrain/summarize.py --runs-dir "$runs" "${timing[@]}" \
     --runs "${backends[@]}" --out-json "$summary.json" --png "$summary.png"
   results+=("$summary.json" "$summary.png")
 else

@@ -21,27 +21,35 @@ cd "$repo"
 qk_norm=()
 [[ ${QK_NORM:-0} == 1 ]] && qk_norm=(--qk-norm)
 runs=examples/pretrain/runs_study$([[ ${QK_NORM:-0} != 1 ]] || echo _qknorm)
+if [[ -n ${CHECKPOINT:-} ]]; then  # named after the run directory the weights come from
+  [[ -f $CHECKPOINT ]] || { echo "study_h200: no checkpoint $CHECKPOINT" >&2; exit 1; }
+  runs=examples/pretrain/study_of_$(basename "$(dirname "$CHECKPOINT")")
+fi
 mkdir -p "$runs/ablation"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 scripts/install-python --no-pip
 variants=(bf16 bf16-fp8qk bf16-fp8qkv flamia-exact flamia-block32 fp8 fp8-block32 fp8-bf16grad
   fp8-firstkey fp8-fwdonly fp8-bwdonly fp8-qkexact fp8-pvexact fp8-dcons)
 train=(python3 examples/pretrain/train.py --seqs-per-step 4 --seed 1 "${qk_norm[@]}")
+ablation_pid=
 if [[ -n ${ABLATION_ARGS:-} ]]; then
   # shellcheck disable=SC2086
   "${train[@]}" $ABLATION_ARGS --out-dir "$runs/ablation" \
     --max-minutes "${ABLATION_MINUTES:-8}" > "$runs/ablation/train.log" 2>&1 &
+  ablation_pid=$!
 fi
 checkpoint=${CHECKPOINT:-$runs/bf16.pt}
 [[ -f $checkpoint ]] || "${train[@]}" --attention bf16 --out-dir "$runs" \
   --save-checkpoint "$checkpoint" > "$runs/bf16.log" 2>&1
 dump=()
 [[ -n ${OUT:-} ]] && dump=(--dump "$OUT/dump" --dump-layers 0 3 6 9 --dump-tokens 2048)
+rc=0
 python3 examples/pretrain/investigate_divergence.py errors --checkpoint "$checkpoint" \
   --device cuda --seqs 1 --variants "${variants[@]}" --json "$runs/study.json" "${dump[@]}" \
-  2>&1 | tee "$runs/study.log"
-wait
+  2>&1 | tee "$runs/study.log" || rc=$?
+if [[ -n $ablation_pid ]]; then wait "$ablation_pid" || rc=$?; fi
 if [[ -n ${OUT:-} ]]; then
   tar czf "$OUT/study.tgz" "$runs"/*.json "$runs"/*.log "$runs"/*.csv "$runs"/ablation/*.csv \
     "$runs"/ablation/*.json "$runs"/ablation/*.log 2>/dev/null || true
 fi
+exit "$rc"

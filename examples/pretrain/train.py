@@ -218,8 +218,8 @@ def parse_args(argv=None):
                              "so a long run can span several device calls with identical results")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--save-checkpoint", metavar="PATH",
-                        help="save the final weights and both configs (for "
-                             "investigate_divergence.py errors)")
+                        help="when the run completes, save the final weights and both "
+                             "configs (for investigate_divergence.py errors)")
     return parser.parse_args(argv)
 
 
@@ -361,7 +361,7 @@ def main(argv=None):
         "attention_bench_ms": bench_attention(attend, attend_state, batch, model_cfg, device),
     })
     json_path.write_text(json.dumps(summary, indent=2) + "\n")
-    if args.save_checkpoint:
+    if args.save_checkpoint and len(rows) == train_cfg.steps:  # a stopped run saves none
         torch.save({"model": model.state_dict(), "step": len(rows) - 1,
                     "model_config": dataclasses.asdict(model_cfg),
                     "train_config": dataclasses.asdict(train_cfg)}, args.save_checkpoint)

@@ -265,16 +265,26 @@ def test_error_study_dump_keeps_whole_prefixes(tmp_path):
 
     gen = torch.Generator().manual_seed(4)
     cu = torch.tensor([0, 5, 40, 90], dtype=torch.int32)
-    rec = {n: torch.randn(90, h, 8, generator=gen).bfloat16().float()
-           for n, h in (("q", 4), ("k", 2), ("v", 2), ("do", 4))} | {"cu": cu}
-    study.dump_layers([rec, rec], 0.25, tmp_path, [1], tokens=60)
+    layer = [{n: torch.randn(90, h, 8, generator=gen).bfloat16().float()
+              for n, h in (("q", 4), ("k", 2), ("v", 2), ("do", 4))} | {"cu": cu}
+             for _ in range(2)]
+    study.dump_layers(layer, 0.25, tmp_path, [1], tokens=60)
     records, layers, scale = study.load_dump(tmp_path, torch.device("cpu"))
     assert layers == [1] and scale == 0.25 and len(records) == 1
     assert records[0]["cu"].tolist() == [0, 5, 40, 60]
     for name in ("q", "k", "v", "do"):
-        assert torch.equal(records[0][name], rec[name][:60])
-    short = study.truncate_record(rec, 40)  # a cut on a boundary adds no empty document
+        assert torch.equal(records[0][name], layer[1][name][:60])
+    short = study.truncate_record(layer[0], 40)  # a cut on a boundary adds no empty document
     assert short["cu"].tolist() == [0, 5, 40]
+
+    # the study end to end on the dump: BF16's error is far below FP8's, exact scores help
+    study.main(["errors", "--from-dump", str(tmp_path), "--variants", "bf16", "bf16-fp8qk",
+                "fp8", "fp8-qkexact", "--json", str(tmp_path / "errors.json")])
+    errors = {r["variant"]: r for r in json.loads((tmp_path / "errors.json").read_text())}
+    assert set(errors) == {"bf16", "bf16-fp8qk", "fp8", "fp8-qkexact"}
+    assert all(r["layer"] == 1 for r in errors.values())
+    assert errors["bf16"]["O"] < 0.01 < errors["fp8"]["O"]
+    assert errors["bf16"]["dK"] < errors["bf16-fp8qk"]["dK"]
 
 
 def test_fake_quantized_operands_are_the_contracts_fp8_values():
@@ -305,3 +315,51 @@ def test_fake_quantized_operands_are_the_contracts_fp8_values():
     assert torch.equal(attend(q, k, v, cu, 30), backends._sdpa(fq(q), fq(k), v, cu, 30, bounds))
     assert not torch.equal(attend(q, k, v, cu, 30), backends._sdpa(q, k, v, cu, 30, bounds))
     assert "rounded to E4M3" in path
+
+
+def test_mixed_backends_compose_flamia_and_bf16(monkeypatch):
+    """make_backend's fp8fwd_bf16bwd / bf16fwd_fp8bwd, with a stand-in for the flamia package
+    (twice the float attention) so that they run on the CPU: value of one, gradient of the
+    other, flamia's explain passed on, and no gradient backend in evaluation."""
+    import types
+
+    calls = []
+
+    def fake_flamia(q, k, v, cu_q, cu_k, max_q, max_k, **kwargs):
+        calls.append(kwargs)
+        cu = cu_q.tolist()
+        return 2 * backends._sdpa(q, k, v, cu_q, max_q, list(zip(cu[:-1], cu[1:])))
+
+    monkeypatch.setitem(sys.modules, "flamia", types.SimpleNamespace(
+        attn_varlen_func=fake_flamia, explain=lambda *a, **k: "stand-in"))
+    gen = torch.Generator().manual_seed(8)
+    lens = [9, 20]
+    cu = torch.tensor([0, *np.cumsum(lens)], dtype=torch.int32)
+    bounds = list(zip(cu[:-1].tolist(), cu[1:].tolist()))
+    q, k, v = (torch.randn(29, h, 8, generator=gen) for h in (2, 1, 1))
+    weights = torch.randn(29, 2, 8, generator=gen)
+
+    def value_and_grads(fn):
+        inputs = [t.clone().requires_grad_() for t in (q, k, v)]
+        out = fn(*inputs, cu, 20)
+        return out.detach(), torch.autograd.grad((out * weights).sum(), inputs)
+
+    sdpa = lambda *a: backends._sdpa(*a, bounds)  # noqa: E731
+    doubled = lambda *a: 2 * backends._sdpa(*a, bounds)  # noqa: E731
+    for name, value_fn, grad_fn in (("fp8fwd_bf16bwd", doubled, sdpa),
+                                    ("bf16fwd_fp8bwd", sdpa, doubled)):
+        attend, path = backends.make_backend(name, torch.device("cpu"))
+        attend.state["bounds"] = bounds
+        assert "value: flamia" in path or "gradient: flamia" in path
+        assert attend.explain(cu, 20) == "stand-in"
+        out, grads = value_and_grads(attend)
+        want_out, _ = value_and_grads(value_fn)
+        _, want_grads = value_and_grads(grad_fn)
+        assert torch.equal(out, want_out)
+        for g, w in zip(grads, want_grads):
+            assert torch.allclose(g, w, rtol=1e-5, atol=1e-6)
+        calls.clear()
+        with torch.no_grad():
+            attend(q, k, v, cu, 20)
+        assert len(calls) == (1 if name == "fp8fwd_bf16bwd" else 0)
+    assert calls == [] or calls[0]["scale_mode"] == "exact"
