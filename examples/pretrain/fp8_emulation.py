@@ -167,11 +167,13 @@ def _forward_doc(ops: _DocOperands, h: int, g: int, c: float, quantized_l: bool 
     p_hat = e4m3(p)
     summed = p_hat if quantized_l else p
     inv_value_scale = torch.exp2(-ops.ev[:, g].double()).unsqueeze(0)
-    l = (summed.double() * inv_value_scale).sum(1, keepdim=True).float()
-    o = (p_hat.double() @ ops.v[:, g].double()).float() / l
     if ops.exact_values:
-        l = (p.double() * inv_value_scale).sum(1, keepdim=True).float()
-        o = ((p.double() * inv_value_scale) @ ops.raw_v[:, g].double()).float() / l
+        weights = p.double() * inv_value_scale
+        l = weights.sum(1, keepdim=True).float()
+        o = (weights @ ops.raw_v[:, g].double()).float() / l
+    else:
+        l = (summed.double() * inv_value_scale).sum(1, keepdim=True).float()
+        o = (p_hat.double() @ ops.v[:, g].double()).float() / l
     return o, m, l, p, p_hat
 
 

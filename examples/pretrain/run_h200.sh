@@ -32,6 +32,7 @@ runs="examples/pretrain/runs$suffix"
 resume=()
 [[ ${RESUME:-0} == 1 ]] && resume=(--resume)
 read -r -a backends <<< "${BACKENDS:-bf16 flamia_exact flamia_block32}"
+timing=${TIMING:-1}  # 0: no solo timing runs; summaries then take the shared runs' step times
 mkdir -p "$runs/timing"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 scripts/install-python --no-pip
@@ -53,15 +54,15 @@ if compgen -G "$runs/*.resume.pt" >/dev/null; then
   echo "run_h200: stopped at MAX_MINUTES; continue with RESUME=1 while the machine is warm"
   exit 0
 fi
-if [[ ${TIMING:-1} == 1 ]]; then  # TIMING=0: no solo timing runs (the mixed backends' mean nothing)
+if [[ $timing == 1 ]]; then  # the mixed backends' step times mean nothing: TIMING=0
   for b in "${backends[@]}"; do train "$runs/timing" "$b" --max-minutes 0.3; done
 fi
 summary=bench/results/pretrain$suffix
 results=("$runs")
 if [[ " ${backends[*]} " == *" bf16 "* ]]; then
-  timing=()  # TIMING=0: step_ms / attention_ms are those of the runs that shared the GPU
-  [[ ${TIMING:-1} == 1 ]] && timing=(--timing-dir "$runs/timing")
-  python3 examples/pretrain/summarize.py --runs-dir "$runs" "${timing[@]}" \
+  timing_args=()
+  [[ $timing == 1 ]] && timing_args=(--timing-dir "$runs/timing")
+  python3 examples/pretrain/summarize.py --runs-dir "$runs" "${timing_args[@]}" \
     --runs "${backends[@]}" --out-json "$summary.json" --png "$summary.png"
   results+=("$summary.json" "$summary.png")
 else
