@@ -8,6 +8,8 @@
 #   SEQS_PER_STEP=4 examples/pretrain/run_h200.sh   # 4 x 8k tokens per step -> runs_x4/
 #   RESUME=1 ...                               # continue runs that stopped at MAX_MINUTES
 #   QK_NORM=1 ...                              # the model with QK-norm -> runs..._qknorm/
+#   REPEAT=1 BACKENDS=bf16 ...                 # the same seed again -> runs..._repeat1/ (the
+#       spread of identical runs; summarize.py --baseline-repeat reads it next to the main run)
 #   BACKENDS="fp8fwd_bf16bwd bf16fwd_fp8bwd" TIMING=0 ...  # other backends (attention.py);
 #       without bf16 among them, summarise against a BF16 run's CSV; TIMING=0: no solo timing
 #       runs (step times are then those of the runs sharing the GPU)
@@ -26,6 +28,7 @@ seqs=${SEQS_PER_STEP:-1}
 qk_norm=${QK_NORM:-0}
 suffix="$([[ $seed == 1 ]] || echo "_seed$seed")$([[ $seqs == 1 ]] || echo "_x$seqs")"
 suffix+="$([[ $qk_norm != 1 ]] || echo "_qknorm")"
+suffix+="$([[ -z ${REPEAT:-} ]] || echo "_repeat$REPEAT")"  # never overwrites the main run
 model_args=()
 [[ $qk_norm == 1 ]] && model_args=(--qk-norm)
 runs="examples/pretrain/runs$suffix"

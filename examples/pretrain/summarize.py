@@ -18,6 +18,13 @@ run one after another on an otherwise idle GPU) when the loss runs shared the GP
 Replicates: `--replicate NAME=DIR` (repeatable) adds the same runs from DIR (another seed, or a
 repeat) under "replicates", with each flamia run's final losses relative to that directory's own
 baseline, and the mean of those ratios over the main runs and every replicate.
+
+Baseline repeats: `--baseline-repeat DIR` (repeatable) adds DIR's run of the baseline backend,
+trained with the same seed on the same data (only the baseline kernels' nondeterminism differs),
+under "baseline_repeats": its final losses and spike ratios against the main baseline run, the
+noise floor any other run's ratio has to be read against. "vs_baseline_runs" gives every run's
+final losses relative to each baseline run (the main one and the repeats). The plot draws the
+repeats dashed.
 """
 
 from __future__ import annotations
@@ -118,7 +125,41 @@ def run_ratios(runs_dir, names, baseline):
     return out
 
 
-def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replicates=()):
+def baseline_repeat(path, baseline, base_loss, base_result, warmup):
+    """One repeat of the baseline run (DIR/<baseline>.csv) against the main baseline run."""
+    steps, loss, held = read_csv(pathlib.Path(path) / f"{baseline}.csv")
+    n = min(len(loss), len(base_loss))
+    ratio = spike_ratio(loss, base_loss)[min(warmup, max(0, n - 1)):]
+    out = {"csv": rel(pathlib.Path(path) / f"{baseline}.csv"), "steps": int(len(steps)),
+           "final_train_loss": final_loss(loss),
+           "final_heldout_loss": held[-1][1] if held else None,
+           "max_spike": float(np.max(ratio)), "min_spike": float(np.min(ratio))}
+    out["train_vs_baseline"] = out["final_train_loss"] / base_result["final_train_loss"]
+    if out["final_heldout_loss"] is not None and base_result["final_heldout_loss"]:
+        out["heldout_vs_baseline"] = out["final_heldout_loss"] / base_result["final_heldout_loss"]
+    return out, (steps, loss, held)
+
+
+def ratios_to_baseline_runs(results, baseline, repeats):
+    """{run: [{baseline run csv, train ratio, held-out ratio}]} over every baseline run."""
+    bases = [results[baseline]] + list(repeats)
+    table = {}
+    for name, r in results.items():
+        if name == baseline:
+            continue
+        rows = []
+        for b in bases:
+            row = {"baseline_csv": b["csv"],
+                   "train": r["final_train_loss"] / b["final_train_loss"]}
+            if r["final_heldout_loss"] is not None and b["final_heldout_loss"]:
+                row["heldout"] = r["final_heldout_loss"] / b["final_heldout_loss"]
+            rows.append(row)
+        table[name] = rows
+    return table
+
+
+def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replicates=(),
+              baseline_repeats=()):
     runs_dir = pathlib.Path(runs_dir)
     loaded = {}
     for name in names:
@@ -163,8 +204,13 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replica
             "png": rel(png),
         }
     add_baseline_ratios(results, baseline)
+    repeats, repeat_curves = [], []
+    for path in baseline_repeats:
+        summary, curve = baseline_repeat(path, baseline, base_loss, results[baseline], warmup)
+        repeats.append(summary)
+        repeat_curves.append((f"{baseline} repeat {len(repeats)}", curve))
 
-    plot(loaded, baseline, base_smooth, png)
+    plot(loaded, baseline, base_smooth, png, repeat_curves)
     report = {
         # The GPU machine's copy of the tree may have no git history: then this checkout's.
         "commit": (base_meta.get("commit") if base_meta.get("commit") not in (None, "unknown")
@@ -183,6 +229,9 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replica
                             f"unsmoothed loss / the baseline's smoothed loss",
         "runs": results,
     }
+    if repeats:
+        report["baseline_repeats"] = repeats
+        report["vs_baseline_runs"] = ratios_to_baseline_runs(results, baseline, repeats)
     if replicates:
         report["replicates"] = {label: run_ratios(path, names, baseline)
                                 for label, path in replicates}
@@ -207,16 +256,22 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replica
               f"max_spike {r['max_spike']:.3f} (per step {r['max_step_ratio']:.3f}) "
               f"step {r['step_ms']} ms "
               f"attention {r['attention_ms']} ms")
+    for r in repeats:
+        held = "-" if r["final_heldout_loss"] is None else f"{r['final_heldout_loss']:.4f}"
+        print(f"{baseline + ' repeat':16s} train {r['final_train_loss']:.4f} heldout {held} "
+              f"({r['train_vs_baseline']:.3f} of {baseline}; smoothed ratio "
+              f"{r['min_spike']:.3f}..{r['max_spike']:.3f})")
     print(f"wrote {out_json} and {png}")
     return report
 
 
-def plot(loaded, baseline, base_smooth, png):
+def plot(loaded, baseline, base_smooth, png, repeat_curves=()):
     os.environ.setdefault("MPLBACKEND", "Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax_loss, ax_ratio) = plt.subplots(2, 1, figsize=(9, 8), sharex=True,
                                             gridspec_kw={"height_ratios": [3, 1.4]})
+    ratio_lows, ratio_highs = [0.97], [1.05]  # the ratio axis: at least 0.97..1.05
     for name, ((steps, loss, held), meta, _) in loaded.items():
         line, = ax_loss.plot(steps, smooth(loss, 21), label=f"{name} (train, smoothed)",
                              linewidth=1.2)
@@ -226,13 +281,29 @@ def plot(loaded, baseline, base_smooth, png):
             ax_loss.plot(hs, hv, "o--", color=line.get_color(), markersize=3,
                          linewidth=0.8, label=f"{name} (held-out)")
         n = min(len(steps), len(base_smooth))
-        ax_ratio.plot(steps[:n], smooth(loss[:n]) / base_smooth[:n], label=name,
-                      color=line.get_color(), linewidth=1.0)
+        ratio = smooth(loss[:n]) / base_smooth[:n]
+        ax_ratio.plot(steps[:n], ratio, label=name, color=line.get_color(), linewidth=1.0)
+        ratio_lows.append(float(np.min(ratio)) - 0.005)
+        ratio_highs.append(float(np.max(ratio)) + 0.005)
+    for label, (steps, loss, held) in repeat_curves:
+        line, = ax_loss.plot(steps, smooth(loss, 21), "--", label=f"{label} (train, smoothed)",
+                             linewidth=1.0)
+        if held:
+            hs, hv = zip(*held)
+            ax_loss.plot(hs, hv, "x:", color=line.get_color(), markersize=4, linewidth=0.8,
+                         label=f"{label} (held-out)")
+        n = min(len(steps), len(base_smooth))
+        ratio = smooth(loss[:n]) / base_smooth[:n]
+        ax_ratio.plot(steps[:n], ratio, "--", label=label, color=line.get_color(), linewidth=1.0)
+        ratio_lows.append(float(np.min(ratio)) - 0.005)
+        ratio_highs.append(float(np.max(ratio)) + 0.005)
     ax_loss.set_ylabel("cross-entropy (nats / byte)")
     # Leave out the first steps' steep descent so that the curves' differences stay visible.
     (steps, loss, _), _, _ = loaded[baseline]
     skip = min(len(loss) - 1, max(1, len(loss) // 50))
     top, bottom = float(np.max(base_smooth[skip:])), float(np.min(base_smooth))
+    for _, (_, loss, _) in repeat_curves:
+        bottom = min(bottom, float(np.min(smooth(loss))))
     ax_loss.set_ylim(bottom - 0.05 * (top - bottom), top + 0.05 * (top - bottom) + 1e-6)
     ax_loss.legend(fontsize=8)
     ax_loss.grid(alpha=0.3, which="both")
@@ -240,7 +311,7 @@ def plot(loaded, baseline, base_smooth, png):
     ax_ratio.set_ylabel(f"loss / {baseline}")
     ax_ratio.set_xlabel("step")
     ax_ratio.grid(alpha=0.3)
-    ax_ratio.set_ylim(0.97, 1.05)
+    ax_ratio.set_ylim(min(ratio_lows), max(ratio_highs))
     fig.suptitle("Pretraining loss: flamia FP8 attention vs BF16 attention")
     fig.tight_layout()
     png = pathlib.Path(png)
@@ -259,10 +330,12 @@ def main(argv=None):
     parser.add_argument("--timing-dir", help="take step_ms/attention_ms from the runs here")
     parser.add_argument("--replicate", action="append", default=[], metavar="NAME=DIR",
                         help="the same runs from another seed or a repeat")
+    parser.add_argument("--baseline-repeat", action="append", default=[], metavar="DIR",
+                        help="DIR/<baseline>.csv: the baseline trained again, same seed and data")
     args = parser.parse_args(argv)
     replicates = [tuple(r.split("=", 1)) for r in args.replicate]
     summarize(args.runs_dir, args.runs, args.baseline, args.out_json, args.png, args.timing_dir,
-              replicates)
+              replicates, args.baseline_repeat)
 
 
 if __name__ == "__main__":

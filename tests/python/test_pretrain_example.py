@@ -131,6 +131,39 @@ def test_training_steps_and_summary_on_cpu(tmp_path):
         "final_train_loss"]
 
 
+def write_loss_csv(path, losses, heldout_every=50):
+    rows = ["step,loss,heldout_loss"]
+    for step, loss in enumerate(losses):
+        held = f"{loss * 0.95:.6f}" if step % heldout_every == heldout_every - 1 else ""
+        rows.append(f"{step},{loss:.6f},{held}")
+    path.write_text("\n".join(rows) + "\n")
+
+
+def test_summary_reads_baseline_repeats_as_the_noise_floor(tmp_path):
+    """A repeat of the baseline 10% below it and a run 1% above: the report gives the repeat's
+    ratios against the main baseline and the run's ratio to each baseline run."""
+    pytest.importorskip("matplotlib")
+    import summarize
+
+    steps = np.arange(400)
+    base = 3.0 / (1.0 + steps / 50.0) + 1.0
+    (tmp_path / "repeat").mkdir()
+    write_loss_csv(tmp_path / "bf16.csv", base)
+    write_loss_csv(tmp_path / "flamia_exact.csv", base * 1.01)
+    write_loss_csv(tmp_path / "repeat" / "bf16.csv", base * 0.9)
+    report = summarize.summarize(tmp_path, ["bf16", "flamia_exact"], "bf16", tmp_path / "p.json",
+                                 tmp_path / "p.png", baseline_repeats=[tmp_path / "repeat"])
+    repeat = report["baseline_repeats"][0]
+    assert repeat["train_vs_baseline"] == pytest.approx(0.9, abs=1e-5)
+    assert repeat["heldout_vs_baseline"] == pytest.approx(0.9, abs=1e-5)
+    assert repeat["min_spike"] == pytest.approx(0.9, abs=1e-5)
+    assert repeat["max_spike"] == pytest.approx(0.9, abs=1e-5)
+    rows = report["vs_baseline_runs"]["flamia_exact"]
+    assert [r["train"] for r in rows] == pytest.approx([1.01, 1.01 / 0.9], abs=1e-5)
+    assert report["runs"]["flamia_exact"]["max_spike"] == pytest.approx(1.01, abs=1e-5)
+    assert json.loads((tmp_path / "p.json").read_text())["baseline_repeats"][0]["csv"]
+
+
 def test_an_interrupted_run_resumes_bit_for_bit_on_cpu(tmp_path):
     """A run stopped after 3 of 6 steps and resumed (--resume) gives the losses of one
     uninterrupted run: same weights, optimizer state, data order and RNG."""
