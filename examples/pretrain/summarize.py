@@ -94,13 +94,29 @@ def spike_warmup(meta):
     return int(meta.get("train", {}).get("spike_warmup", SPIKE_WARMUP_DEFAULT))
 
 
+def loss_ratios(run, base):
+    """{"train", "heldout"}: a run's final losses over a baseline run's (held-out where both
+    have one)."""
+    ratios = {"train": run["final_train_loss"] / base["final_train_loss"]}
+    if run["final_heldout_loss"] is not None and base["final_heldout_loss"]:
+        ratios["heldout"] = run["final_heldout_loss"] / base["final_heldout_loss"]
+    return ratios
+
+
 def add_baseline_ratios(results, baseline):
     """train_vs_baseline and heldout_vs_baseline for every run of `results`."""
-    base = results[baseline]
     for r in results.values():
-        r["train_vs_baseline"] = r["final_train_loss"] / base["final_train_loss"]
-        if r["final_heldout_loss"] is not None and base["final_heldout_loss"]:
-            r["heldout_vs_baseline"] = r["final_heldout_loss"] / base["final_heldout_loss"]
+        for key, value in loss_ratios(r, results[baseline]).items():
+            r[f"{key}_vs_baseline"] = value
+
+
+def final_losses(path):
+    """The final losses of the run in CSV `path`, and its curves (steps, loss, held-out)."""
+    steps, loss, held = read_csv(path)
+    summary = {"final_train_loss": final_loss(loss),
+               "final_heldout_loss": held[-1][1] if held else None,
+               "steps": int(len(steps)), "csv": rel(path)}
+    return summary, (steps, loss, held)
 
 
 def run_ratios(runs_dir, names, baseline):
@@ -110,11 +126,7 @@ def run_ratios(runs_dir, names, baseline):
     for name in names:
         path = runs_dir / f"{name}.csv"
         if path.is_file():
-            steps, loss, held = read_csv(path)
-            losses[name] = loss
-            out[name] = {"final_train_loss": final_loss(loss),
-                         "final_heldout_loss": held[-1][1] if held else None,
-                         "steps": int(len(steps)), "csv": rel(path)}
+            out[name], (_, losses[name], _) = final_losses(path)
     if baseline in out:
         meta_path = runs_dir / f"{baseline}.json"
         warmup = spike_warmup(json.loads(meta_path.read_text()) if meta_path.is_file() else {})
@@ -127,35 +139,19 @@ def run_ratios(runs_dir, names, baseline):
 
 def baseline_repeat(path, baseline, base_loss, base_result, warmup):
     """One repeat of the baseline run (DIR/<baseline>.csv) against the main baseline run."""
-    steps, loss, held = read_csv(pathlib.Path(path) / f"{baseline}.csv")
-    n = min(len(loss), len(base_loss))
-    ratio = spike_ratio(loss, base_loss)[min(warmup, max(0, n - 1)):]
-    out = {"csv": rel(pathlib.Path(path) / f"{baseline}.csv"), "steps": int(len(steps)),
-           "final_train_loss": final_loss(loss),
-           "final_heldout_loss": held[-1][1] if held else None,
-           "max_spike": float(np.max(ratio)), "min_spike": float(np.min(ratio))}
-    out["train_vs_baseline"] = out["final_train_loss"] / base_result["final_train_loss"]
-    if out["final_heldout_loss"] is not None and base_result["final_heldout_loss"]:
-        out["heldout_vs_baseline"] = out["final_heldout_loss"] / base_result["final_heldout_loss"]
-    return out, (steps, loss, held)
+    out, curves = final_losses(pathlib.Path(path) / f"{baseline}.csv")
+    ratio = spike_ratio(curves[1], base_loss)
+    ratio = ratio[min(warmup, max(0, len(ratio) - 1)):]
+    out.update(max_spike=float(np.max(ratio)), min_spike=float(np.min(ratio)))
+    out.update({f"{key}_vs_baseline": v for key, v in loss_ratios(out, base_result).items()})
+    return out, curves
 
 
 def ratios_to_baseline_runs(results, baseline, repeats):
     """{run: [{baseline run csv, train ratio, held-out ratio}]} over every baseline run."""
     bases = [results[baseline]] + list(repeats)
-    table = {}
-    for name, r in results.items():
-        if name == baseline:
-            continue
-        rows = []
-        for b in bases:
-            row = {"baseline_csv": b["csv"],
-                   "train": r["final_train_loss"] / b["final_train_loss"]}
-            if r["final_heldout_loss"] is not None and b["final_heldout_loss"]:
-                row["heldout"] = r["final_heldout_loss"] / b["final_heldout_loss"]
-            rows.append(row)
-        table[name] = rows
-    return table
+    return {name: [{"baseline_csv": b["csv"], **loss_ratios(r, b)} for b in bases]
+            for name, r in results.items() if name != baseline}
 
 
 def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replicates=(),
