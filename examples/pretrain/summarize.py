@@ -94,6 +94,11 @@ def spike_warmup(meta):
     return int(meta.get("train", {}).get("spike_warmup", SPIKE_WARMUP_DEFAULT))
 
 
+def after_warmup(ratio, warmup):
+    """The steps of a ratio curve from the end of the warm-up (at least its last step)."""
+    return ratio[min(warmup, max(0, len(ratio) - 1)):]
+
+
 def loss_ratios(run, base):
     """{"train", "heldout"}: a run's final losses over a baseline run's (held-out where both
     have one)."""
@@ -132,16 +137,15 @@ def run_ratios(runs_dir, names, baseline):
         warmup = spike_warmup(json.loads(meta_path.read_text()) if meta_path.is_file() else {})
         add_baseline_ratios(out, baseline)
         for name, r in out.items():
-            ratio = spike_ratio(losses[name], losses[baseline])
-            r["max_spike"] = float(np.max(ratio[min(warmup, max(0, len(ratio) - 1)):]))
+            ratio = after_warmup(spike_ratio(losses[name], losses[baseline]), warmup)
+            r["max_spike"] = float(np.max(ratio))
     return out
 
 
 def baseline_repeat(path, baseline, base_loss, base_result, warmup):
     """One repeat of the baseline run (DIR/<baseline>.csv) against the main baseline run."""
     out, curves = final_losses(pathlib.Path(path) / f"{baseline}.csv")
-    ratio = spike_ratio(curves[1], base_loss)
-    ratio = ratio[min(warmup, max(0, len(ratio) - 1)):]
+    ratio = after_warmup(spike_ratio(curves[1], base_loss), warmup)
     out.update(max_spike=float(np.max(ratio)), min_spike=float(np.min(ratio)))
     out.update({f"{key}_vs_baseline": v for key, v in loss_ratios(out, base_result).items()})
     return out, curves
@@ -268,6 +272,14 @@ def plot(loaded, baseline, base_smooth, png, repeat_curves=()):
     fig, (ax_loss, ax_ratio) = plt.subplots(2, 1, figsize=(9, 8), sharex=True,
                                             gridspec_kw={"height_ratios": [3, 1.4]})
     ratio_lows, ratio_highs = [0.97], [1.05]  # the ratio axis: at least 0.97..1.05
+
+    def plot_ratio(steps, loss, label, color, style="-"):
+        n = min(len(steps), len(base_smooth))
+        ratio = smooth(loss[:n]) / base_smooth[:n]
+        ax_ratio.plot(steps[:n], ratio, style, label=label, color=color, linewidth=1.0)
+        ratio_lows.append(float(np.min(ratio)) - 0.005)
+        ratio_highs.append(float(np.max(ratio)) + 0.005)
+
     for name, ((steps, loss, held), meta, _) in loaded.items():
         line, = ax_loss.plot(steps, smooth(loss, 21), label=f"{name} (train, smoothed)",
                              linewidth=1.2)
@@ -276,11 +288,7 @@ def plot(loaded, baseline, base_smooth, png, repeat_curves=()):
             hs, hv = zip(*held)
             ax_loss.plot(hs, hv, "o--", color=line.get_color(), markersize=3,
                          linewidth=0.8, label=f"{name} (held-out)")
-        n = min(len(steps), len(base_smooth))
-        ratio = smooth(loss[:n]) / base_smooth[:n]
-        ax_ratio.plot(steps[:n], ratio, label=name, color=line.get_color(), linewidth=1.0)
-        ratio_lows.append(float(np.min(ratio)) - 0.005)
-        ratio_highs.append(float(np.max(ratio)) + 0.005)
+        plot_ratio(steps, loss, name, line.get_color())
     for label, (steps, loss, held) in repeat_curves:
         line, = ax_loss.plot(steps, smooth(loss, 21), "--", label=f"{label} (train, smoothed)",
                              linewidth=1.0)
@@ -288,11 +296,7 @@ def plot(loaded, baseline, base_smooth, png, repeat_curves=()):
             hs, hv = zip(*held)
             ax_loss.plot(hs, hv, "x:", color=line.get_color(), markersize=4, linewidth=0.8,
                          label=f"{label} (held-out)")
-        n = min(len(steps), len(base_smooth))
-        ratio = smooth(loss[:n]) / base_smooth[:n]
-        ax_ratio.plot(steps[:n], ratio, "--", label=label, color=line.get_color(), linewidth=1.0)
-        ratio_lows.append(float(np.min(ratio)) - 0.005)
-        ratio_highs.append(float(np.max(ratio)) + 0.005)
+        plot_ratio(steps, loss, label, line.get_color(), "--")
     ax_loss.set_ylabel("cross-entropy (nats / byte)")
     # Leave out the first steps' steep descent so that the curves' differences stay visible.
     (steps, loss, _), _, _ = loaded[baseline]
