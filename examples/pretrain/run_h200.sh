@@ -7,6 +7,8 @@
 #   SEED=2 examples/pretrain/run_h200.sh       # another seed -> examples/pretrain/runs_seed2/
 #   SEQS_PER_STEP=4 examples/pretrain/run_h200.sh   # 4 x 8k tokens per step -> runs_x4/
 #   RESUME=1 ...                               # continue runs that stopped at MAX_MINUTES
+#   CARRIED_LIB=1 ...                          # use a python/flamia/_lib/libflamia.so built
+#       elsewhere and carried (no build on the device; scripts/install-python --no-pip here)
 #   QK_NORM=1 ...                              # the model with QK-norm -> runs..._qknorm/
 #   REPEAT=1 BACKENDS=bf16 ...                 # the same seed again -> runs..._repeat1/ (the
 #       spread of identical runs; summarize.py --baseline-repeat reads it next to the main run)
@@ -38,7 +40,14 @@ read -r -a backends <<< "${BACKENDS:-bf16 flamia_exact flamia_block32}"
 timing=${TIMING:-1}  # 0: no solo timing runs; summaries then take the shared runs' step times
 mkdir -p "$runs/timing"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
-scripts/install-python --no-pip
+if [[ ${CARRIED_LIB:-0} == 1 ]]; then
+  if [[ ! -f python/flamia/_lib/libflamia.so ]]; then
+    echo "run_h200: CARRIED_LIB=1 but python/flamia/_lib/libflamia.so is missing" >&2
+    exit 2
+  fi
+else
+  scripts/install-python --no-pip
+fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader || true
 
 train() {  # out-dir, backend, extra train.py arguments

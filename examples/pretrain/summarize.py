@@ -17,7 +17,11 @@ run one after another on an otherwise idle GPU) when the loss runs shared the GP
 
 Replicates: `--replicate NAME=DIR` (repeatable) adds the same runs from DIR (another seed, or a
 repeat) under "replicates", with each flamia run's final losses relative to that directory's own
-baseline, and the mean of those ratios over the main runs and every replicate.
+baseline, and the mean of those ratios over the main runs and every replicate. For repeats of
+one seed, where pairing a run with "its" baseline run means nothing, "backend_statistics" gives
+each backend's final losses over all its runs (mean, standard deviation, standard error) and
+the ratio of its mean to the baseline's mean with the standard error of that ratio. The plot
+draws the replicates dashed in their backend's colour.
 
 Baseline repeats: `--baseline-repeat DIR` (repeatable) adds DIR's run of the baseline backend,
 trained with the same seed on the same data (only the baseline kernels' nondeterminism differs),
@@ -43,6 +47,7 @@ REPO = HERE.parent.parent
 DEFAULT_RUNS = ("bf16", "flamia_exact", "flamia_block32")
 SMOOTH_WINDOW = 51  # steps in the centred moving average of the baseline
 FINAL_FRACTION = 0.05  # final_train_loss: mean over the last 5% of steps
+REPLICATE_STYLES = ("--", ":", "-.")  # line styles of the replicates in the plot
 SPIKE_WARMUP_DEFAULT = 150  # train.py's spike_warmup, for replicates without metadata
 
 
@@ -124,8 +129,9 @@ def final_losses(path):
     return summary, (steps, loss, held)
 
 
-def run_ratios(runs_dir, names, baseline):
-    """{name: {final losses, ratios to the baseline of the same directory}} for one replicate."""
+def run_ratios(runs_dir, names, baseline, main_base_loss=None, main_warmup=None):
+    """{name: {final losses, ratios to the baseline of the same directory}} for one replicate;
+    with the main baseline run's losses also max_spike_vs_main_baseline (same-seed repeats)."""
     runs_dir = pathlib.Path(runs_dir)
     out, losses = {}, {}
     for name in names:
@@ -139,6 +145,10 @@ def run_ratios(runs_dir, names, baseline):
         for name, r in out.items():
             ratio = after_warmup(spike_ratio(losses[name], losses[baseline]), warmup)
             r["max_spike"] = float(np.max(ratio))
+    if main_base_loss is not None:
+        for name, r in out.items():
+            ratio = after_warmup(spike_ratio(losses[name], main_base_loss), main_warmup)
+            r["max_spike_vs_main_baseline"] = float(np.max(ratio))
     return out
 
 
@@ -149,6 +159,40 @@ def baseline_repeat(path, baseline, base_loss, base_result, warmup):
     out.update(max_spike=float(np.max(ratio)), min_spike=float(np.min(ratio)))
     out.update({f"{key}_vs_baseline": v for key, v in loss_ratios(out, base_result).items()})
     return out, curves
+
+
+def mean_and_spread(values):
+    """{"values", "mean", "sd", "se", "n"} of a list of final losses (sd with n - 1)."""
+    values = [float(v) for v in values]
+    n = len(values)
+    sd = float(np.std(values, ddof=1)) if n > 1 else None
+    return {"values": values, "mean": float(np.mean(values)), "sd": sd,
+            "se": sd / np.sqrt(n) if sd is not None else None, "n": n}
+
+
+def backend_statistics(run_sets, names, baseline):
+    """Per backend, over every run set (the main runs and each replicate): its final losses'
+    mean and spread, and mean / baseline mean with the ratio's standard error (first order:
+    the relative standard errors added in quadrature)."""
+    stats = {}
+    for name in names:
+        stats[name] = {}
+        for key in ("final_train_loss", "final_heldout_loss"):
+            values = [s[name][key] for s in run_sets if name in s and s[name][key] is not None]
+            if values:
+                stats[name][key] = mean_and_spread(values)
+    base = stats.get(baseline, {})
+    for name in names:
+        for key, st in stats[name].items():
+            if name == baseline or key not in base:
+                continue
+            b = base[key]
+            ratio = st["mean"] / b["mean"]
+            se = None
+            if st["se"] is not None and b["se"] is not None:
+                se = ratio * float(np.hypot(st["se"] / st["mean"], b["se"] / b["mean"]))
+            st["mean_vs_baseline_mean"] = {"ratio": ratio, "se": se}
+    return stats
 
 
 def ratios_to_baseline_runs(results, baseline, repeats):
@@ -210,7 +254,17 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replica
         repeats.append(summary)
         repeat_curves.append((f"{baseline} repeat {len(repeats)}", curve))
 
-    plot(loaded, baseline, base_smooth, png, repeat_curves)
+    replicate_curves = []  # (backend, label, line style, curve) of every replicate run
+    for index, (label, path) in enumerate(replicates):
+        for name in names:
+            csv_path = pathlib.Path(path) / f"{name}.csv"
+            if csv_path.is_file() and name in loaded:
+                replicate_curves.append((name, f"{name} {label}", REPLICATE_STYLES[
+                    index % len(REPLICATE_STYLES)], read_csv(csv_path)))
+    shown = {pathlib.Path(path).resolve() for _, path in replicates}
+    repeat_curves = [c for c, path in zip(repeat_curves, baseline_repeats)
+                     if pathlib.Path(path).resolve() not in shown]  # drawn as replicates
+    plot(loaded, baseline, base_smooth, png, repeat_curves, replicate_curves)
     report = {
         # The GPU machine's copy of the tree may have no git history: then this checkout's.
         "commit": (base_meta.get("commit") if base_meta.get("commit") not in (None, "unknown")
@@ -233,7 +287,7 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replica
         report["baseline_repeats"] = repeats
         report["vs_baseline_runs"] = ratios_to_baseline_runs(results, baseline, repeats)
     if replicates:
-        report["replicates"] = {label: run_ratios(path, names, baseline)
+        report["replicates"] = {label: run_ratios(path, names, baseline, base_loss, warmup)
                                 for label, path in replicates}
         means = {}
         for name in names:
@@ -247,6 +301,8 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replica
                                                    "max": float(np.max(values)),
                                                    "n": len(values)}
         report["ratio_over_replicates"] = means
+        report["backend_statistics"] = backend_statistics(
+            [results] + list(report["replicates"].values()), list(results), baseline)
     out_json = pathlib.Path(out_json)
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(report, indent=2) + "\n")
@@ -265,7 +321,7 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replica
     return report
 
 
-def plot(loaded, baseline, base_smooth, png, repeat_curves=()):
+def plot(loaded, baseline, base_smooth, png, repeat_curves=(), replicate_curves=()):
     os.environ.setdefault("MPLBACKEND", "Agg")
     import matplotlib.pyplot as plt
 
@@ -280,15 +336,21 @@ def plot(loaded, baseline, base_smooth, png, repeat_curves=()):
         ratio_lows.append(float(np.min(ratio)) - 0.005)
         ratio_highs.append(float(np.max(ratio)) + 0.005)
 
+    colors = {}
     for name, ((steps, loss, held), meta, _) in loaded.items():
         line, = ax_loss.plot(steps, smooth(loss, 21), label=f"{name} (train, smoothed)",
                              linewidth=1.2)
+        colors[name] = line.get_color()
         ax_loss.plot(steps, loss, color=line.get_color(), alpha=0.15, linewidth=0.6)
         if held:
             hs, hv = zip(*held)
             ax_loss.plot(hs, hv, "o--", color=line.get_color(), markersize=3,
                          linewidth=0.8, label=f"{name} (held-out)")
         plot_ratio(steps, loss, name, line.get_color())
+    for name, label, style, (steps, loss, _) in replicate_curves:
+        ax_loss.plot(steps, smooth(loss, 21), style, color=colors[name], linewidth=0.8,
+                     label=f"{label} (train, smoothed)")
+        plot_ratio(steps, loss, label, colors[name], style)
     for label, (steps, loss, held) in repeat_curves:
         line, = ax_loss.plot(steps, smooth(loss, 21), "--", label=f"{label} (train, smoothed)",
                              linewidth=1.0)
@@ -303,6 +365,8 @@ def plot(loaded, baseline, base_smooth, png, repeat_curves=()):
     skip = min(len(loss) - 1, max(1, len(loss) // 50))
     top, bottom = float(np.max(base_smooth[skip:])), float(np.min(base_smooth))
     for _, (_, loss, _) in repeat_curves:
+        bottom = min(bottom, float(np.min(smooth(loss))))
+    for _, _, _, (_, loss, _) in replicate_curves:
         bottom = min(bottom, float(np.min(smooth(loss))))
     ax_loss.set_ylim(bottom - 0.05 * (top - bottom), top + 0.05 * (top - bottom) + 1e-6)
     ax_loss.legend(fontsize=8)

@@ -164,6 +164,45 @@ def test_summary_reads_baseline_repeats_as_the_noise_floor(tmp_path):
     assert json.loads((tmp_path / "p.json").read_text())["baseline_repeats"][0]["csv"]
 
 
+def test_summary_gives_each_backends_spread_over_same_seed_repeats(tmp_path):
+    """Three runs per backend (the main runs and two replicate directories): each backend's mean,
+    standard deviation and standard error, and its mean over the baseline's with that ratio's
+    standard error, computed from the final losses (mean of the last 5% of steps)."""
+    pytest.importorskip("matplotlib")
+    import summarize
+
+    steps = np.arange(400)
+    base = 3.0 / (1.0 + steps / 50.0) + 1.0
+    factors = {"bf16": (1.0, 0.9, 1.1), "flamia_exact": (1.02, 1.03, 1.04)}
+    for k, label in enumerate(("", "repeat1", "repeat2")):
+        directory = tmp_path / label
+        directory.mkdir(exist_ok=True)
+        for name, f in factors.items():
+            write_loss_csv(directory / f"{name}.csv", base * f[k])
+    report = summarize.summarize(
+        tmp_path, list(factors), "bf16", tmp_path / "p.json", tmp_path / "p.png",
+        replicates=[("repeat1", tmp_path / "repeat1"), ("repeat2", tmp_path / "repeat2")])
+    final = summarize.final_loss(base)
+    stats = report["backend_statistics"]
+    bf16, exact = stats["bf16"]["final_train_loss"], stats["flamia_exact"]["final_train_loss"]
+    assert bf16["n"] == exact["n"] == 3
+    assert bf16["values"] == pytest.approx([final, 0.9 * final, 1.1 * final], rel=1e-5)
+    assert bf16["mean"] == pytest.approx(final, rel=1e-5)
+    assert bf16["sd"] == pytest.approx(0.1 * final, rel=1e-4)
+    assert exact["se"] == pytest.approx(0.01 * final / math.sqrt(3), rel=1e-3)
+    ratio = exact["mean_vs_baseline_mean"]
+    assert ratio["ratio"] == pytest.approx(1.03, rel=1e-5)
+    assert ratio["se"] == pytest.approx(1.03 * math.hypot(0.01 / 1.03, 0.1) / math.sqrt(3),
+                                        rel=1e-3)
+    assert "mean_vs_baseline_mean" not in bf16
+    spikes = [report["replicates"][k]["flamia_exact"]["max_spike_vs_main_baseline"]
+              for k in ("repeat1", "repeat2")]
+    assert spikes == pytest.approx([1.03, 1.04], rel=1e-5)
+    held = stats["flamia_exact"]["final_heldout_loss"]["mean_vs_baseline_mean"]["ratio"]
+    assert held == pytest.approx(1.03, rel=1e-4)
+    assert json.loads((tmp_path / "p.json").read_text())["backend_statistics"]
+
+
 def test_an_interrupted_run_resumes_bit_for_bit_on_cpu(tmp_path):
     """A run stopped after 3 of 6 steps and resumed (--resume) gives the losses of one
     uninterrupted run: same weights, optimizer state, data order and RNG."""
