@@ -9,6 +9,11 @@
 #   RESUME=1 ...                               # continue runs that stopped at MAX_MINUTES
 #   CARRIED_LIB=1 ...                          # use a python/flamia/_lib/libflamia.so built
 #       elsewhere and carried (no build on the device; scripts/install-python --no-pip here)
+#   run_repeats_h200.sh                        # several runs per backend side by side
+# Also: TRAIN_ARGS (more train.py arguments, e.g. a CPU smoke test's "--preset cpu-tiny
+# --device cpu --steps 4"), RUNS_ROOT / RESULTS_DIR (where runs*/ and the summaries go; default
+# examples/pretrain and bench/results), RECIPE_SUFFIX_ONLY=1 (print the recipe's name suffix,
+# e.g. _x2_qknorm, and exit).
 #   QK_NORM=1 ...                              # the model with QK-norm -> runs..._qknorm/
 #   REPEAT=1 BACKENDS=bf16 ...                 # the same seed again -> runs..._repeat1/ (the
 #       spread of identical runs; summarize.py --baseline-repeat reads it next to the main run)
@@ -30,18 +35,25 @@ seqs=${SEQS_PER_STEP:-1}
 qk_norm=${QK_NORM:-0}
 suffix="$([[ $seed == 1 ]] || echo "_seed$seed")$([[ $seqs == 1 ]] || echo "_x$seqs")"
 suffix+="$([[ $qk_norm != 1 ]] || echo "_qknorm")"
+if [[ ${RECIPE_SUFFIX_ONLY:-0} == 1 ]]; then
+  echo "$suffix"
+  exit 0
+fi
 suffix+="$([[ -z ${REPEAT:-} ]] || echo "_repeat$REPEAT")"  # never overwrites the main run
 model_args=()
 [[ $qk_norm == 1 ]] && model_args=(--qk-norm)
-runs="examples/pretrain/runs$suffix"
+read -r -a train_args <<< "${TRAIN_ARGS:-}"
+runs="${RUNS_ROOT:-examples/pretrain}/runs$suffix"
 resume=()
 [[ ${RESUME:-0} == 1 ]] && resume=(--resume)
 read -r -a backends <<< "${BACKENDS:-bf16 flamia_exact flamia_block32}"
+needs_flamia=0  # every backend but the two plain PyTorch ones calls the library
+for b in "${backends[@]}"; do [[ $b == bf16 || $b == sdpa ]] || needs_flamia=1; done
 timing=${TIMING:-1}  # 0: no solo timing runs; summaries then take the shared runs' step times
 mkdir -p "$runs/timing"
 export PYTHONUNBUFFERED=1 PYTHONPATH="$repo/python${PYTHONPATH:+:$PYTHONPATH}"
 if [[ ${CARRIED_LIB:-0} == 1 ]]; then
-  if [[ ! -f python/flamia/_lib/libflamia.so ]]; then
+  if [[ $needs_flamia == 1 && ! -f python/flamia/_lib/libflamia.so ]]; then
     echo "run_h200: CARRIED_LIB=1 but python/flamia/_lib/libflamia.so is missing" >&2
     exit 2
   fi
@@ -54,7 +66,7 @@ train() {  # out-dir, backend, extra train.py arguments
   local dir=$1 b=$2
   shift 2
   python3 examples/pretrain/train.py --attention "$b" --seqs-per-step "$seqs" --seed "$seed" \
-    "${model_args[@]}" --out-dir "$dir" "$@" >> "$dir/$b.log" 2>&1
+    "${model_args[@]}" "${train_args[@]}" --out-dir "$dir" "$@" >> "$dir/$b.log" 2>&1
 }
 for b in "${backends[@]}"; do
   # the final weights too (git-ignored, not copied back): study_h200.sh CHECKPOINT=... reads them
@@ -69,7 +81,7 @@ fi
 if [[ $timing == 1 ]]; then  # the mixed backends' step times mean nothing: TIMING=0
   for b in "${backends[@]}"; do train "$runs/timing" "$b" --max-minutes 0.3; done
 fi
-summary=bench/results/pretrain$suffix
+summary=${RESULTS_DIR:-bench/results}/pretrain$suffix
 results=("$runs")
 if [[ " ${backends[*]} " == *" bf16 "* ]]; then
   timing_args=()

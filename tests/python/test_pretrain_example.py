@@ -203,6 +203,39 @@ def test_summary_gives_each_backends_spread_over_same_seed_repeats(tmp_path):
     assert json.loads((tmp_path / "p.json").read_text())["backend_statistics"]
 
 
+def test_repeats_script_runs_resumes_and_summarises_on_cpu(tmp_path):
+    """examples/pretrain/run_repeats_h200.sh end to end on the CPU (the tiny preset, the two
+    PyTorch backends, two runs each): the first call stops every run early, the second resumes
+    them, then the CSVs are gathered beside one summary with each backend's spread."""
+    pytest.importorskip("matplotlib")
+    if not (EXAMPLE / "data" / "corpus.npz").is_file():
+        pytest.skip("examples/pretrain/data/corpus.npz is not in this checkout")
+    import os
+    import subprocess
+
+    env = dict(os.environ, REPEATS="2", BACKENDS="bf16 sdpa", CARRIED_LIB="1", SEED="7",
+               RUNS_ROOT=str(tmp_path / "runs"), RESULTS_DIR=str(tmp_path / "results"),
+               TRAIN_ARGS="--preset cpu-tiny --device cpu --steps 4 --eval-every 2 "
+                          "--stop-after-steps 3", MAX_MINUTES="5")
+    env.pop("OUT", None)
+    script = str(EXAMPLE / "run_repeats_h200.sh")
+    first = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "continue with RESUME=1" in first.stdout
+    assert not (tmp_path / "results" / "pretrain_seed7.json").exists()
+    env["RESUME"] = "1"
+    second = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr[-2000:]
+    report = json.loads((tmp_path / "results" / "pretrain_seed7.json").read_text())
+    for name in ("bf16", "sdpa"):
+        stats = report["backend_statistics"][name]["final_train_loss"]
+        assert stats["n"] == 2 and all(math.isfinite(v) for v in stats["values"])
+    assert report["runs"]["bf16"]["steps"] == 4
+    assert (tmp_path / "results" / "pretrain_seed7" / "repeat1" / "sdpa.csv").is_file()
+    assert (tmp_path / "results" / "pretrain_seed7.png").stat().st_size > 1000
+    assert len(report["baseline_repeats"]) == 1
+
+
 def test_an_interrupted_run_resumes_bit_for_bit_on_cpu(tmp_path):
     """A run stopped after 3 of 6 steps and resumed (--resume) gives the losses of one
     uninterrupted run: same weights, optimizer state, data order and RNG."""
