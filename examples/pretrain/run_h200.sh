@@ -7,6 +7,12 @@
 #   SEED=2 examples/pretrain/run_h200.sh       # another seed -> examples/pretrain/runs_seed2/
 #   SEQS_PER_STEP=4 examples/pretrain/run_h200.sh   # 4 x 8k tokens per step -> runs_x4/
 #   RESUME=1 ...                               # continue runs that stopped at MAX_MINUTES
+#   QK_NORM=1 ...                              # the model with QK-norm -> runs..._qknorm/
+#   REPEAT=1 BACKENDS=bf16 ...                 # the same seed again -> runs..._repeat1/ (the
+#       spread of identical runs; summarize.py --baseline-repeat reads it next to the main run)
+#   BACKENDS="fp8fwd_bf16bwd bf16fwd_fp8bwd" TIMING=0 ...  # other backends (attention.py);
+#       without bf16 among them, summarise against a BF16 run's CSV; TIMING=0: no solo timing
+#       runs (step times are then those of the runs sharing the GPU)
 #   CARRIED_LIB=1 ...                          # use a python/flamia/_lib/libflamia.so built
 #       elsewhere and carried (no build on the device; scripts/install-python --no-pip here)
 #   run_repeats_h200.sh                        # several runs per backend side by side
@@ -14,12 +20,6 @@
 # --device cpu --steps 4"), RUNS_ROOT / RESULTS_DIR (where runs*/ and the summaries go; default
 # examples/pretrain and bench/results), RECIPE_SUFFIX_ONLY=1 (print the recipe's name suffix,
 # e.g. _x2_qknorm, and exit).
-#   QK_NORM=1 ...                              # the model with QK-norm -> runs..._qknorm/
-#   REPEAT=1 BACKENDS=bf16 ...                 # the same seed again -> runs..._repeat1/ (the
-#       spread of identical runs; summarize.py --baseline-repeat reads it next to the main run)
-#   BACKENDS="fp8fwd_bf16bwd bf16fwd_fp8bwd" TIMING=0 ...  # other backends (attention.py);
-#       without bf16 among them, summarise against a BF16 run's CSV; TIMING=0: no solo timing
-#       runs (step times are then those of the runs sharing the GPU)
 #
 # Training numerics do not depend on the GPU being shared; timings do, hence the solo runs.
 # Each loss run stops early, with its summary written, after MAX_MINUTES (default 8), leaving a

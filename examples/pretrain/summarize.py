@@ -21,7 +21,7 @@ baseline, and the mean of those ratios over the main runs and every replicate. F
 one seed, where pairing a run with "its" baseline run means nothing, "backend_statistics" gives
 each backend's final losses over all its runs (mean, standard deviation, standard error) and
 the ratio of its mean to the baseline's mean with the standard error of that ratio. The plot
-draws the replicates dashed in their backend's colour.
+draws the replicates in their backend's colour, one line style per replicate.
 
 Baseline repeats: `--baseline-repeat DIR` (repeatable) adds DIR's run of the baseline backend,
 trained with the same seed on the same data (only the baseline kernels' nondeterminism differs),
