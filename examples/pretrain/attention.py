@@ -12,6 +12,11 @@ Backends (all causal over packed documents, (tokens, heads, head_dim) BF16 input
 - bf16_fp8qk / bf16_fp8qkv: bf16 on q, k (and v) rounded to E4M3 at flamia's per-token scales
   (fp8_emulation.fake_quantize_per_token, straight-through gradient): FP8's operand error alone,
   with BF16 probabilities and gradients — does Q·Kᵀ's quantization cost the loss?
+- bf16_unsafe_fp8qkv: bf16 on q, k, v rounded to E4M3 at the causality audit's `unsafe` scales
+  (fp8_emulation.fake_quantize_unsafe_blocks: OCP scales over global 32-token blocks, which
+  cross documents and read later tokens): does a model learn to exploit such a leak? Train with
+  it and evaluate the held-out loss with a leak-free backend too (train.py --heldout-attention
+  bf16_fp8qkv): a model that uses the leak does worse without it.
 """
 
 from __future__ import annotations
@@ -23,8 +28,10 @@ import torch.nn.functional as F
 
 # Straight-through pairs: backend name -> (backend giving the value, backend giving the gradient)
 MIXED = {"fp8fwd_bf16bwd": ("flamia_exact", "bf16"), "bf16fwd_fp8bwd": ("bf16", "flamia_exact")}
-# bf16 on fake-quantized operands: backend name -> the operands rounded to E4M3
-FAKE_QUANTIZED = {"bf16_fp8qk": ("q", "k"), "bf16_fp8qkv": ("q", "k", "v")}
+# bf16 on fake-quantized operands: backend name -> (the operands rounded to E4M3, their scales)
+FAKE_QUANTIZED = {"bf16_fp8qk": (("q", "k"), "per_token"),
+                  "bf16_fp8qkv": (("q", "k", "v"), "per_token"),
+                  "bf16_unsafe_fp8qkv": (("q", "k", "v"), "unsafe_blocks")}
 BACKENDS = ("bf16", "sdpa", "flamia_exact", "flamia_block32", *MIXED, *FAKE_QUANTIZED)
 
 
@@ -135,14 +142,18 @@ def straight_through(value_attend, gradient_attend):
     return attend
 
 
-def with_fake_quantized(attend, operands):
-    """attend on `operands` (names among q, k, v) rounded to E4M3 at per-token scales."""
-    from fp8_emulation import fake_quantize_per_token
+def with_fake_quantized(attend, operands, scales="per_token"):
+    """attend on `operands` (names among q, k, v) rounded to E4M3 at per-token scales, or
+    (`unsafe_blocks`) at the audit's unsafe scales over global 32-token blocks."""
+    import fp8_emulation
+
+    fake_quantize = {"per_token": fp8_emulation.fake_quantize_per_token,
+                     "unsafe_blocks": fp8_emulation.fake_quantize_unsafe_blocks}[scales]
 
     def quantized(q, k, v, cu_seqlens, max_seqlen):
         args = {"q": q, "k": k, "v": v}
         for name in operands:
-            args[name] = fake_quantize_per_token(args[name])
+            args[name] = fake_quantize(args[name])
         return attend(args["q"], args["k"], args["v"], cu_seqlens, max_seqlen)
 
     if hasattr(attend, "state"):
@@ -158,10 +169,13 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {BACKENDS}")
     if name in FAKE_QUANTIZED:
-        operands = FAKE_QUANTIZED[name]
+        operands, scales = FAKE_QUANTIZED[name]
         attend, path = make_backend("bf16", device, precision, heads, key_smoothing)
-        return with_fake_quantized(attend, operands), (
-            f"{path}, on {', '.join(operands)} rounded to E4M3 at per-token scales")
+        where = {"per_token": "per-token scales",
+                 "unsafe_blocks": "the audit's unsafe scales (OCP rule, global 32-token blocks "
+                                  "across documents)"}[scales]
+        return with_fake_quantized(attend, operands, scales), (
+            f"{path}, on {', '.join(operands)} rounded to E4M3 at {where}")
     if name in MIXED:
         (value, value_path), (gradient, gradient_path) = (
             make_backend(part, device, precision, heads, key_smoothing) for part in MIXED[name])

@@ -92,6 +92,30 @@ def fake_quantize_per_token(x: torch.Tensor) -> torch.Tensor:
     return value.to(x.dtype) + (x - x.detach())  # + exact zeros: the value, x's gradient
 
 
+def ocp_scale_exponent(amax: torch.Tensor) -> torch.Tensor:
+    """The OCP MX rule e = floor(log2 amax) - 8 (the audit's `unsafe` mode, numerics §1): the
+    block maximum lands in [256, 512), so values above 448 clamp. 0 for amax 0, NaN, Inf."""
+    a = amax.float()
+    _, exponent = torch.frexp(a)  # a = mantissa 2^exponent, mantissa in [0.5, 1)
+    e = (exponent - 9).clamp(EXP_MIN, EXP_MAX).float()
+    return torch.where((a == 0) | ~torch.isfinite(a), torch.zeros_like(e), e)
+
+
+def fake_quantize_unsafe_blocks(x: torch.Tensor) -> torch.Tensor:
+    """x (tokens, heads, D) -> E4M3 values at the audit's `unsafe` scales: one OCP scale per
+    (global block of 32 tokens, head), blocks counted from the packed sequence's first token,
+    so they cross document boundaries and a token's value depends on later tokens of its block
+    (the causality leak flamia's modes avoid). Identity gradient (straight through)."""
+    tokens = x.shape[0]
+    padded = -(-tokens // BLOCK32) * BLOCK32
+    a = x.detach().float().abs().amax(-1)  # (tokens, heads)
+    a = torch.nn.functional.pad(a, (0, 0, 0, padded - tokens))
+    block_amax = a.view(padded // BLOCK32, BLOCK32, -1).amax(1)  # (blocks, heads)
+    e = ocp_scale_exponent(block_amax).repeat_interleave(BLOCK32, 0)[:tokens].unsqueeze(-1)
+    value = e4m3(x.detach().float() * torch.exp2(-e)) * torch.exp2(e)
+    return value.to(x.dtype) + (x - x.detach())
+
+
 # ---- blocks and quantization (§2, §3) ---------------------------------------------------------
 
 

@@ -216,6 +216,11 @@ def parse_args(argv=None):
                         help="continue from OUT_DIR/ATTENTION.resume.pt if present; a run that "
                              "stops early (--max-minutes, --stop-after-steps) writes that file, "
                              "so a long run can span several device calls with identical results")
+    parser.add_argument("--heldout-attention", choices=attention_backends.BACKENDS,
+                        help="also evaluate the held-out loss with this backend (CSV column "
+                             "heldout_loss_alt), e.g. a leak-free one for a model trained on "
+                             "bf16_unsafe_fp8qkv: a model that exploits a leak does worse "
+                             "without it")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--save-checkpoint", metavar="PATH",
                         help="when the run completes, save the final weights and both "
@@ -253,6 +258,13 @@ def main(argv=None):
         heads=(model_cfg.n_heads, model_cfg.n_kv_heads, model_cfg.head_dim),
         key_smoothing=args.key_smoothing)
     attend_state = getattr(attend, "state", None)
+    alternative = None  # (attend, state) of --heldout-attention
+    if args.heldout_attention:
+        alt_attend, alt_description = attention_backends.make_backend(
+            args.heldout_attention, device, args.precision,
+            heads=(model_cfg.n_heads, model_cfg.n_kv_heads, model_cfg.head_dim),
+            key_smoothing=args.key_smoothing)
+        alternative = (alt_attend, getattr(alt_attend, "state", None))
     timer = attention_backends.AttentionTimer(device, enabled=not args.compile)
     timed_attend = timer.wrap(attend)
     if args.compile:
@@ -270,11 +282,15 @@ def main(argv=None):
         "torch": torch.__version__, "commit": git_commit(), "compile": args.compile,
         "csv": str(csv_path),
     }
+    if alternative is not None:
+        summary["heldout_attention"] = alt_description
     print(f"{args.attention}: {n_params / 1e6:.1f}M parameters, {tokens_per_step} tokens/step, "
           f"{train_cfg.steps} steps; attention: {description}", flush=True)
 
     columns = ["step", "tokens", "loss", "lr", "grad_norm", "step_ms", "attn_fwd_ms",
                "attn_bwd_ms", "heldout_loss", "max_seqlen", "documents"]
+    if alternative is not None:
+        columns.append("heldout_loss_alt")
     rows = []
     first_step, earlier_wall_s = 0, 0.0
     if args.resume and resume_path.is_file():
@@ -315,9 +331,14 @@ def main(argv=None):
                    "max_seqlen": batch_np.max_seqlen,
                    "documents": len(batch_np.cu_seqlens) - 1}
             last = step == train_cfg.steps - 1
+            if alternative is not None:
+                row["heldout_loss_alt"] = ""
             if (step + 1) % train_cfg.eval_every == 0 or last:
                 row["heldout_loss"] = heldout_loss(model, heldout_batches, device, timed_attend,
                                                    attend_state)
+                if alternative is not None:
+                    row["heldout_loss_alt"] = heldout_loss(model, heldout_batches, device,
+                                                           *alternative)
             writer.writerow(row)
             f.flush()
             rows.append(row)
@@ -355,6 +376,8 @@ def main(argv=None):
         "final_train_loss": float(np.mean([r["loss"] for r in tail])),
         "final_heldout_loss": next((r["heldout_loss"] for r in reversed(rows)
                                     if r["heldout_loss"] != ""), None),
+        "final_heldout_loss_alt": next((r["heldout_loss_alt"] for r in reversed(rows)
+                                        if r.get("heldout_loss_alt", "") != ""), None),
         "step_ms": float(np.median([r["step_ms"] for r in timed])),
         "attention_ms": (float(np.median([r["attn_fwd_ms"] + r["attn_bwd_ms"] for r in timed]))
                          if timer.enabled else None),

@@ -422,6 +422,64 @@ def test_fake_quantized_operands_are_the_contracts_fp8_values():
     assert "rounded to E4M3" in path
 
 
+def test_unsafe_blocks_leak_later_tokens_and_the_safe_scales_do_not():
+    """fp8_emulation.fake_quantize_unsafe_blocks (the bf16_unsafe_fp8qkv backend): OCP scales
+    over global 32-token blocks, so a token's rounding depends on a later token of its block,
+    also across a document boundary; the per-token scales of bf16_fp8qkv never do. The backend's
+    attention output at a position moves with a later token only for the unsafe scales."""
+    import fp8_emulation as fe
+
+    gen = torch.Generator().manual_seed(11)
+    x = torch.randn(70, 2, 16, generator=gen).bfloat16()
+    later = x.clone()
+    later[20] *= 4096  # the block's new maximum: token 5's values fall to E4M3 subnormals
+    unsafe, safe = fe.fake_quantize_unsafe_blocks, fe.fake_quantize_per_token
+    assert not torch.equal(unsafe(x)[5], unsafe(later)[5])
+    assert torch.equal(safe(x)[5], safe(later)[5])
+    assert torch.equal(unsafe(x)[32:], unsafe(later)[32:])  # other blocks: unchanged
+    # the OCP rule: the block maximum lands in [256, 512) before E4M3 clamps it to 448
+    amax = x[:32].float().abs().amax(dim=(0, 2))
+    e = fe.ocp_scale_exponent(amax)
+    assert torch.all((amax * torch.exp2(-e) >= 256) & (amax * torch.exp2(-e) < 512))
+    assert torch.equal(fe.ocp_scale_exponent(torch.tensor([0.0, float("inf")])),
+                       torch.zeros(2))
+
+    lens = [10, 30, 30]  # token 5 (document 0) and token 20 (document 1) share block 0
+    cu = torch.tensor([0, *np.cumsum(lens)], dtype=torch.int32)
+    bounds = list(zip(cu[:-1].tolist(), cu[1:].tolist()))
+    q, k, v = (torch.randn(70, h, 16, generator=gen).bfloat16() for h in (4, 2, 2))
+    k_later = k.clone()
+    k_later[20] *= 4096
+    for name, leaks in (("bf16_unsafe_fp8qkv", True), ("bf16_fp8qkv", False)):
+        attend, path = backends.make_backend(name, torch.device("cpu"))
+        attend.state["bounds"] = bounds
+        moved = not torch.equal(attend(q, k, v, cu, 30)[5], attend(q, k_later, v, cu, 30)[5])
+        assert moved == leaks, name
+        assert ("unsafe scales" in path) == leaks, path
+
+
+def test_heldout_loss_with_a_second_backend_on_cpu(tmp_path):
+    """train.py --heldout-attention: every evaluation also with the second backend (CSV column
+    heldout_loss_alt, summary final_heldout_loss_alt)."""
+    if not (EXAMPLE / "data" / "corpus.npz").is_file():
+        pytest.skip("examples/pretrain/data/corpus.npz is not in this checkout")
+    import csv
+
+    import train
+
+    result = train.main(["--preset", "cpu-tiny", "--attention", "bf16_unsafe_fp8qkv", "--steps",
+                         "4", "--eval-every", "2", "--device", "cpu", "--heldout-attention",
+                         "bf16_fp8qkv", "--out-dir", str(tmp_path)])
+    with open(tmp_path / "bf16_unsafe_fp8qkv.csv", newline="") as f:
+        rows = list(csv.DictReader(f))
+    evaluated = [r for r in rows if r["heldout_loss"]]
+    assert [int(r["step"]) for r in evaluated] == [1, 3]
+    assert all(math.isfinite(float(r["heldout_loss_alt"])) for r in evaluated)
+    assert all(r["heldout_loss_alt"] == "" for r in rows if not r["heldout_loss"])
+    assert result["final_heldout_loss_alt"] == float(evaluated[-1]["heldout_loss_alt"])
+    assert "unsafe" in result["attention_path"] and "per-token" in result["heldout_attention"]
+
+
 def test_mixed_backends_compose_flamia_and_bf16(monkeypatch):
     """make_backend's fp8fwd_bf16bwd / bf16fwd_fp8bwd, with a stand-in for the flamia package
     (twice the float attention) so that they run on the CPU: value of one, gradient of the
