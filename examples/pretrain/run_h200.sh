@@ -16,7 +16,8 @@
 #   CARRIED_LIB=1 ...                          # use a python/flamia/_lib/libflamia.so built
 #       elsewhere and carried (no build on the device; scripts/install-python --no-pip here)
 #   run_repeats_h200.sh                        # several runs per backend side by side
-# Also: TRAIN_ARGS (more train.py arguments, e.g. a CPU smoke test's "--preset cpu-tiny
+# Also: TAG (runs..._TAG/: other backends of the same recipe beside its runs, e.g. TAG=leak),
+# TRAIN_ARGS (more train.py arguments, e.g. a CPU smoke test's "--preset cpu-tiny
 # --device cpu --steps 4"), RUNS_ROOT / RESULTS_DIR (where runs*/ and the summaries go; default
 # examples/pretrain and bench/results), RECIPE_SUFFIX_ONLY=1 (print the recipe's name suffix,
 # e.g. _x2_qknorm, and exit).
@@ -40,6 +41,7 @@ if [[ ${RECIPE_SUFFIX_ONLY:-0} == 1 ]]; then
   exit 0
 fi
 suffix+="$([[ -z ${REPEAT:-} ]] || echo "_repeat$REPEAT")"  # never overwrites the main run
+suffix+="$([[ -z ${TAG:-} ]] || echo "_$TAG")"  # other backends beside a recipe's runs
 model_args=()
 [[ $qk_norm == 1 ]] && model_args=(--qk-norm)
 read -r -a train_args <<< "${TRAIN_ARGS:-}"
