@@ -241,6 +241,14 @@ def main(argv=None):
     out_dir.mkdir(parents=True, exist_ok=True)
     csv_path, json_path = out_dir / f"{args.attention}.csv", out_dir / f"{args.attention}.json"
     resume_path = out_dir / f"{args.attention}.resume.pt"
+    if args.resume and not resume_path.is_file() and json_path.is_file():
+        # A run that finished in an earlier call: --resume must not start it over (and overwrite
+        # its CSV) when the other runs of a side-by-side batch still have steps to go.
+        done = json.loads(json_path.read_text())
+        if done.get("steps") == train_cfg.steps and not done.get("stopped_early"):
+            print(f"{args.attention}: already complete ({json_path}); nothing to resume",
+                  flush=True)
+            return done
 
     train_corpus, heldout_corpus, manifest = data.load(args.data)
     stream = data.PackedStream(train_corpus, train_cfg.seq_len, train_cfg.seed)

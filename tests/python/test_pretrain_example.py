@@ -203,6 +203,24 @@ def test_summary_gives_each_backends_spread_over_same_seed_repeats(tmp_path):
     assert json.loads((tmp_path / "p.json").read_text())["backend_statistics"]
 
 
+def test_resume_leaves_a_finished_run_alone_on_cpu(tmp_path):
+    """--resume on a run that already finished (no resume state, its summary complete) returns
+    that summary and leaves its CSV as it was, instead of training it again from step 0."""
+    if not (EXAMPLE / "data" / "corpus.npz").is_file():
+        pytest.skip("examples/pretrain/data/corpus.npz is not in this checkout")
+    import train
+
+    args = ["--preset", "cpu-tiny", "--attention", "sdpa", "--steps", "3", "--eval-every", "2",
+            "--device", "cpu", "--out-dir", str(tmp_path)]
+    first = train.main(args)
+    csv_before = (tmp_path / "sdpa.csv").read_bytes()
+    again = train.main(args + ["--resume"])
+    assert again["final_train_loss"] == first["final_train_loss"] and again["steps"] == 3
+    assert (tmp_path / "sdpa.csv").read_bytes() == csv_before
+    longer = train.main(args[:5] + ["4"] + args[6:] + ["--resume"])  # another recipe: trains
+    assert longer["steps"] == 4
+
+
 def test_repeats_script_runs_resumes_and_summarises_on_cpu(tmp_path):
     """examples/pretrain/run_repeats_h200.sh end to end on the CPU (the tiny preset, the two
     PyTorch backends, two runs each): the first call stops every run early, the second resumes
