@@ -20,8 +20,10 @@ repeat) under "replicates", with each flamia run's final losses relative to that
 baseline, and the mean of those ratios over the main runs and every replicate. For repeats of
 one seed, where pairing a run with "its" baseline run means nothing, "backend_statistics" gives
 each backend's final losses over all its runs (mean, standard deviation, standard error) and
-the ratio of its mean to the baseline's mean with the standard error of that ratio. The plot
-draws the replicates in their backend's colour, one line style per replicate.
+the ratio of its mean to the baseline's mean with the standard error of that ratio;
+`--statistics-at STEP` adds the same as if the runs had ended at STEP (the training loss over
+the window of steps before it, the last held-out evaluation before it). The plot draws the
+replicates in their backend's colour, one line style per replicate.
 
 Baseline repeats: `--baseline-repeat DIR` (repeatable) adds DIR's run of the baseline backend,
 trained with the same seed on the same data (only the baseline kernels' nondeterminism differs),
@@ -129,6 +131,32 @@ def final_losses(path):
     return summary, (steps, loss, held)
 
 
+def losses_at(path, step, window):
+    """The run's losses as if it had ended at `step`: the training loss's mean over the `window`
+    steps before it, the last held-out evaluation before it (an earlier point of a longer run,
+    e.g. the end of a first pass over the data)."""
+    steps, loss, held = read_csv(path)
+    before = loss[(steps >= step - window) & (steps < step)]
+    earlier = [v for s, v in held if s < step]
+    return {"final_train_loss": float(np.mean(before)) if len(before) else None,
+            "final_heldout_loss": earlier[-1] if earlier else None}
+
+
+def statistics_at_step(step, window, run_dirs, names, baseline):
+    """backend_statistics of every run (one directory per run set) as if it had ended at
+    `step`."""
+    run_sets = []
+    for directory in run_dirs:
+        paths = {name: pathlib.Path(directory) / f"{name}.csv" for name in names}
+        run_sets.append({name: losses_at(path, step, window)
+                         for name, path in paths.items() if path.is_file()})
+    for run_set in run_sets:  # a run too short for the window counts as missing
+        for name in [n for n, r in run_set.items() if r["final_train_loss"] is None]:
+            del run_set[name]
+    stats = backend_statistics(run_sets, names, baseline)
+    return {"train_window": [step - window, step], "heldout_before": step, "backends": stats}
+
+
 def run_ratios(runs_dir, names, baseline, main_base_loss=None, main_warmup=None):
     """{name: {final losses, ratios to the baseline of the same directory}} for one replicate;
     with the main baseline run's losses also max_spike_vs_main_baseline (same-seed repeats)."""
@@ -203,7 +231,7 @@ def ratios_to_baseline_runs(results, baseline, repeats):
 
 
 def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replicates=(),
-              baseline_repeats=()):
+              baseline_repeats=(), statistics_at=()):
     runs_dir = pathlib.Path(runs_dir)
     loaded = {}
     for name in names:
@@ -303,6 +331,11 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replica
         report["ratio_over_replicates"] = means
         report["backend_statistics"] = backend_statistics(
             [results] + list(report["replicates"].values()), list(results), baseline)
+        window = max(1, int(round(len(base_steps) * FINAL_FRACTION)))
+        run_dirs = [runs_dir] + [path for _, path in replicates]
+        report["backend_statistics_at_step"] = {
+            str(step): statistics_at_step(step, window, run_dirs, list(results), baseline)
+            for step in statistics_at}
     out_json = pathlib.Path(out_json)
     out_json.parent.mkdir(parents=True, exist_ok=True)
     out_json.write_text(json.dumps(report, indent=2) + "\n")
@@ -396,10 +429,13 @@ def main(argv=None):
                         help="the same runs from another seed or a repeat")
     parser.add_argument("--baseline-repeat", action="append", default=[], metavar="DIR",
                         help="DIR/<baseline>.csv: the baseline trained again, same seed and data")
+    parser.add_argument("--statistics-at", action="append", default=[], type=int, metavar="STEP",
+                        help="with replicates: backend_statistics also as if the runs had ended "
+                             "at STEP (backend_statistics_at_step)")
     args = parser.parse_args(argv)
     replicates = [tuple(r.split("=", 1)) for r in args.replicate]
     summarize(args.runs_dir, args.runs, args.baseline, args.out_json, args.png, args.timing_dir,
-              replicates, args.baseline_repeat)
+              replicates, args.baseline_repeat, args.statistics_at)
 
 
 if __name__ == "__main__":

@@ -181,7 +181,8 @@ def test_summary_gives_each_backends_spread_over_same_seed_repeats(tmp_path):
             write_loss_csv(directory / f"{name}.csv", base * f[k])
     report = summarize.summarize(
         tmp_path, list(factors), "bf16", tmp_path / "p.json", tmp_path / "p.png",
-        replicates=[("repeat1", tmp_path / "repeat1"), ("repeat2", tmp_path / "repeat2")])
+        replicates=[("repeat1", tmp_path / "repeat1"), ("repeat2", tmp_path / "repeat2")],
+        statistics_at=[200])
     final = summarize.final_loss(base)
     stats = report["backend_statistics"]
     bf16, exact = stats["bf16"]["final_train_loss"], stats["flamia_exact"]["final_train_loss"]
@@ -200,6 +201,17 @@ def test_summary_gives_each_backends_spread_over_same_seed_repeats(tmp_path):
     assert spikes == pytest.approx([1.03, 1.04], rel=1e-5)
     held = stats["flamia_exact"]["final_heldout_loss"]["mean_vs_baseline_mean"]["ratio"]
     assert held == pytest.approx(1.03, rel=1e-4)
+    # as if the runs had ended at step 200: training loss over steps 180..199 (5% of 400), the
+    # held-out evaluation at step 199 (steps 49, 99, ...: the last before 200)
+    at = report["backend_statistics_at_step"]["200"]
+    assert at["train_window"] == [180, 200]
+    early = at["backends"]["bf16"]["final_train_loss"]
+    assert early["values"] == pytest.approx(
+        [f * float(np.mean(base[180:200])) for f in factors["bf16"]], rel=1e-5)
+    early_held = at["backends"]["flamia_exact"]["final_heldout_loss"]
+    assert early_held["values"] == pytest.approx(
+        [f * 0.95 * base[199] for f in factors["flamia_exact"]], rel=1e-5)
+    assert early_held["mean_vs_baseline_mean"]["ratio"] == pytest.approx(1.03, rel=1e-4)
     assert json.loads((tmp_path / "p.json").read_text())["backend_statistics"]
 
 
