@@ -32,6 +32,12 @@ MIXED = {"fp8fwd_bf16bwd": ("flamia_exact", "bf16"), "bf16fwd_fp8bwd": ("bf16", 
 FAKE_QUANTIZED = {"bf16_fp8qk": (("q", "k"), "per_token"),
                   "bf16_fp8qkv": (("q", "k", "v"), "per_token"),
                   "bf16_unsafe_fp8qkv": (("q", "k", "v"), "unsafe_blocks")}
+# their scales -> (the fp8_emulation function that rounds an operand, a description)
+FAKE_QUANTIZED_SCALES = {
+    "per_token": ("fake_quantize_per_token", "per-token scales"),
+    "unsafe_blocks": ("fake_quantize_unsafe_blocks",
+                      "the audit's unsafe scales (OCP rule, global 32-token blocks across "
+                      "documents)")}
 BACKENDS = ("bf16", "sdpa", "flamia_exact", "flamia_block32", *MIXED, *FAKE_QUANTIZED)
 
 
@@ -147,8 +153,7 @@ def with_fake_quantized(attend, operands, scales="per_token"):
     (`unsafe_blocks`) at the audit's unsafe scales over global 32-token blocks."""
     import fp8_emulation
 
-    fake_quantize = {"per_token": fp8_emulation.fake_quantize_per_token,
-                     "unsafe_blocks": fp8_emulation.fake_quantize_unsafe_blocks}[scales]
+    fake_quantize = getattr(fp8_emulation, FAKE_QUANTIZED_SCALES[scales][0])
 
     def quantized(q, k, v, cu_seqlens, max_seqlen):
         args = {"q": q, "k": k, "v": v}
@@ -171,11 +176,9 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
     if name in FAKE_QUANTIZED:
         operands, scales = FAKE_QUANTIZED[name]
         attend, path = make_backend("bf16", device, precision, heads, key_smoothing)
-        where = {"per_token": "per-token scales",
-                 "unsafe_blocks": "the audit's unsafe scales (OCP rule, global 32-token blocks "
-                                  "across documents)"}[scales]
         return with_fake_quantized(attend, operands, scales), (
-            f"{path}, on {', '.join(operands)} rounded to E4M3 at {where}")
+            f"{path}, on {', '.join(operands)} rounded to E4M3 at "
+            f"{FAKE_QUANTIZED_SCALES[scales][1]}")
     if name in MIXED:
         (value, value_path), (gradient, gradient_path) = (
             make_backend(part, device, precision, heads, key_smoothing) for part in MIXED[name])

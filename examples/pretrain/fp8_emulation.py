@@ -82,14 +82,17 @@ def scale_exponent(amax: torch.Tensor) -> torch.Tensor:
     return torch.where((a == 0) | ~torch.isfinite(a), torch.zeros_like(e), e).float()
 
 
-def fake_quantize_per_token(x: torch.Tensor) -> torch.Tensor:
-    """x (tokens, heads, D) -> the dequantized E4M3 value of every element at its (token, head)
-    scale (§1, `exact` blocks), in x's dtype, with the identity as gradient (straight through).
-    E4M3 values times a power of two are exact in BF16, so BF16 attention on these inputs makes
-    exactly the operand error of FP8 and no other."""
-    e = scale_exponent(x.detach().abs().amax(-1, keepdim=True))
+def _fake_quantize(x: torch.Tensor, e: torch.Tensor) -> torch.Tensor:
+    """x's dequantized E4M3 values at scales 2^e (broadcast over x), in x's dtype, with the
+    identity as gradient (straight through). E4M3 values times a power of two are exact in BF16,
+    so BF16 attention on these inputs makes exactly the operand error of FP8 and no other."""
     value = e4m3(x.detach().float() * torch.exp2(-e)) * torch.exp2(e)
     return value.to(x.dtype) + (x - x.detach())  # + exact zeros: the value, x's gradient
+
+
+def fake_quantize_per_token(x: torch.Tensor) -> torch.Tensor:
+    """x (tokens, heads, D) -> E4M3 values at each (token, head)'s scale (§1, `exact` blocks)."""
+    return _fake_quantize(x, scale_exponent(x.detach().abs().amax(-1, keepdim=True)))
 
 
 def ocp_scale_exponent(amax: torch.Tensor) -> torch.Tensor:
@@ -105,15 +108,14 @@ def fake_quantize_unsafe_blocks(x: torch.Tensor) -> torch.Tensor:
     """x (tokens, heads, D) -> E4M3 values at the audit's `unsafe` scales: one OCP scale per
     (global block of 32 tokens, head), blocks counted from the packed sequence's first token,
     so they cross document boundaries and a token's value depends on later tokens of its block
-    (the causality leak flamia's modes avoid). Identity gradient (straight through)."""
+    (the causality leak flamia's modes avoid)."""
     tokens = x.shape[0]
     padded = -(-tokens // BLOCK32) * BLOCK32
     a = x.detach().float().abs().amax(-1)  # (tokens, heads)
     a = torch.nn.functional.pad(a, (0, 0, 0, padded - tokens))
     block_amax = a.view(padded // BLOCK32, BLOCK32, -1).amax(1)  # (blocks, heads)
     e = ocp_scale_exponent(block_amax).repeat_interleave(BLOCK32, 0)[:tokens].unsqueeze(-1)
-    value = e4m3(x.detach().float() * torch.exp2(-e)) * torch.exp2(e)
-    return value.to(x.dtype) + (x - x.detach())
+    return _fake_quantize(x, e)
 
 
 # ---- blocks and quantization (§2, §3) ---------------------------------------------------------

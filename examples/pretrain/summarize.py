@@ -397,9 +397,7 @@ def plot(loaded, baseline, base_smooth, png, repeat_curves=(), replicate_curves=
     (steps, loss, _), _, _ = loaded[baseline]
     skip = min(len(loss) - 1, max(1, len(loss) // 50))
     top, bottom = float(np.max(base_smooth[skip:])), float(np.min(base_smooth))
-    for _, (_, loss, _) in repeat_curves:
-        bottom = min(bottom, float(np.min(smooth(loss))))
-    for _, _, _, (_, loss, _) in replicate_curves:
+    for _, loss, _ in [c for _, c in repeat_curves] + [c for *_, c in replicate_curves]:
         bottom = min(bottom, float(np.min(smooth(loss))))
     ax_loss.set_ylim(bottom - 0.05 * (top - bottom), top + 0.05 * (top - bottom) + 1e-6)
     ax_loss.legend(fontsize=8)

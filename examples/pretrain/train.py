@@ -261,16 +261,14 @@ def main(argv=None):
     model = Decoder(model_cfg).to(device)
     n_params = count_parameters(model)
     optimizer = make_optimizer(model, train_cfg, device)
+    heads = (model_cfg.n_heads, model_cfg.n_kv_heads, model_cfg.head_dim)
     attend, description = attention_backends.make_backend(
-        args.attention, device, args.precision,
-        heads=(model_cfg.n_heads, model_cfg.n_kv_heads, model_cfg.head_dim),
-        key_smoothing=args.key_smoothing)
+        args.attention, device, args.precision, heads=heads, key_smoothing=args.key_smoothing)
     attend_state = getattr(attend, "state", None)
     alternative = None  # (attend, state) of --heldout-attention
     if args.heldout_attention:
         alt_attend, alt_description = attention_backends.make_backend(
-            args.heldout_attention, device, args.precision,
-            heads=(model_cfg.n_heads, model_cfg.n_kv_heads, model_cfg.head_dim),
+            args.heldout_attention, device, args.precision, heads=heads,
             key_smoothing=args.key_smoothing)
         alternative = (alt_attend, getattr(alt_attend, "state", None))
     timer = attention_backends.AttentionTimer(device, enabled=not args.compile)
