@@ -136,14 +136,18 @@ __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const
       }
 }
 
-template <int kHeadDim, bool kBf16Grad>
+// `under_first_products` runs while the step's first products (Sᵀ and half of dPᵀ) are in
+// flight: the previous step's dQ atomics, whose latency the tensor cores then hide. It reads
+// `dq` (the previous step's partial) before the step's dQ product overwrites it.
+template <int kHeadDim, bool kBf16Grad, typename UnderFirstProducts>
 __device__ __forceinline__ void backward_step(const BackwardParams& p, const KeyTileItem& item,
                                               BackwardStorage<kHeadDim, kBf16Grad>& smem,
                                               KeyGradientState<kHeadDim>& state,
                                               const KeyRowFactors& key,
                                               const int (&tile_row)[kRowsPerThread],
                                               const StepCursor& step, bool unmasked,
-                                              float (&dq)[BackwardTile<kHeadDim>::kDqRegisters]) {
+                                              float (&dq)[BackwardTile<kHeadDim>::kDqRegisters],
+                                              UnderFirstProducts&& under_first_products) {
   using Tile = BackwardTile<kHeadDim>;
   const auto& tiles = smem.stage[step.stage];
   const int head = step.head(item, p.group_size);
@@ -161,6 +165,7 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
     mma_scores<kHeadDim, kBf16Grad>(s, smem, tiles, key_row0);
     mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, tiles, key_row0, 0);
     hopper::warpgroup_commit();
+    under_first_products();
     hopper::warpgroup_wait<0>();
     hopper::fence_registers(s);
     hopper::fence_registers(dp);
@@ -254,6 +259,18 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
   hopper::fence_registers(state.dv);
   hopper::fence_registers(state.dk);
   hopper::fence_registers(dq);
+}
+
+// Where the warpgroup's dQ partial of `step` goes in the FP32 buffer (its rows' pointers and
+// scales, from the step's query factors).
+template <int kHeadDim>
+__device__ __forceinline__ DqRows step_dq_rows(const BackwardParams& p, const KeyTileItem& item,
+                                               const QueryFactors& qf, const StepCursor& step) {
+  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  const int warp = (threadIdx.x / kWarpSize) % kWarpsPerWarpgroup;
+  const int lane = threadIdx.x % kWarpSize;
+  return dq_rows<kHeadDim>(p, qf, step.head(item, p.group_size), step.q0,
+                           warpgroup * BackwardTile<kHeadDim>::kDqColumns, warp, lane);
 }
 
 // Adds the step's dQ partial (backward_step) to the FP32 buffer.
@@ -353,19 +370,46 @@ __global__ void __launch_bounds__(kThreads, 1)
   async_copy_wait_all();
   finish_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
   finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
+  // The atomic path adds step s's dQ partial (scaled, in `pending_dq`, to `pending`) while step
+  // s + 1's first products run, and the last one after the loop. (Measured before: the atomics
+  // after finish_step_loads, outside any product, made the step 3-5% slower than right after
+  // it.) Not for BF16grad, whose head-dim-128 kernel would spill holding the partial that long.
+  constexpr bool kDeferDq = !kBf16Grad;
+  const bool deterministic = p.deterministic != 0;
+  float pending_dq[BackwardTile<kHeadDim>::kDqRegisters];
+  DqRows pending = no_dq_rows();
   while (step.valid(item)) {
     const StepCursor next = step.next(p.group_size);
     issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     async_copy_commit();
     float dq[BackwardTile<kHeadDim>::kDqRegisters];
     backward_step<kHeadDim, kBf16Grad>(p, item, smem, state, key, tile_row, step,
-                                       unmasked.contains(step.q0), dq);
-    // (Measured: adding dQ after finish_step_loads instead, so that its barrier's proxy fence does
-    // not wait for the atomics, made the step 3-5% slower.)
-    accumulate_dq<kHeadDim>(p, item, smem.query[step.stage], step, dq);
+                                       unmasked.contains(step.q0), dq, [&] {
+                                         if constexpr (kDeferDq)
+                                           add_scaled_dq_partial</*kOrdered=*/false>(pending_dq,
+                                                                                     pending);
+                                       });
+    if constexpr (kDeferDq) {
+      // A separate array: read while the next step's wgmma run, these registers must not be the
+      // dQ product's accumulator, or ptxas serializes the wgmma (C7518).
+      const DqRows rows = step_dq_rows<kHeadDim>(p, item, smem.query[step.stage], step);
+      scale_dq_partial(dq, rows, pending_dq);
+      if (deterministic) {
+        int32_t* semaphore = dq_semaphore(p, item, step.head(item, p.group_size), step.q0);
+        wait_for_dq_turn(semaphore, item.tile);
+        add_scaled_dq_partial</*kOrdered=*/true>(pending_dq, rows);
+        pass_dq_turn(semaphore, item.tile + 1);
+      } else {
+        pending = rows;
+      }
+    } else {
+      accumulate_dq<kHeadDim>(p, item, smem.query[step.stage], step, dq);
+    }
     finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     step = next;
   }
+  if constexpr (kDeferDq)  // nothing pending if deterministic
+    add_scaled_dq_partial</*kOrdered=*/false>(pending_dq, pending);
   write_key_gradients<kHeadDim, kBf16Grad>(p, state, tile_row);
 }
 

@@ -83,6 +83,76 @@ __device__ __forceinline__ void add_dq_partial(const BackwardParams& p,
   }
 }
 
+// The atomic path in two halves, for an add deferred under later wgmma (backward_kernel.cuh):
+// where the thread's rows go and their scales, the scaled partial (in registers that are no
+// wgmma's accumulator), and later the reductions, predicated rather than branched.
+struct DqRows {
+  float* row[kRowsPerThread];  // the thread's first column in the buffer; nullptr: not added
+  float scale[kRowsPerThread];
+};
+
+__device__ __forceinline__ DqRows no_dq_rows() {
+  return DqRows{{nullptr, nullptr}, {0.0f, 0.0f}};
+}
+
+template <int kHeadDim>
+__device__ __forceinline__ DqRows dq_rows(const BackwardParams& p, const QueryFactors& qf,
+                                          int head, int q0, int d0, int warp, int lane) {
+  DqRows rows;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const int row = 16 * warp + lane / 4 + 8 * r;
+    rows.scale[r] = qf.dq_scale[row];
+    rows.row[r] = qf.visibility[row] == kQueryOutside
+                      ? nullptr
+                      : p.dq_accum + (int64_t(q0 + row) * p.heads_q + head) * kHeadDim + d0 +
+                            register_column(lane, 0);
+  }
+  return rows;
+}
+
+// *at += {x, y} as one float2 reduction when `enabled`; predicated, not branched, so that it
+// can sit between a wgmma's issue and its wait without ptxas serializing the wgmma (C7518).
+__device__ __forceinline__ void reduce_add_v2_if(bool enabled, float* at, float x, float y) {
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n"
+      " @p red.global.add.v2.f32 [%1], {%2, %3};\n}\n" ::"r"(uint32_t(enabled)),
+      "l"(at), "f"(x), "f"(y)
+      : "memory");
+}
+
+template <int kRegisters>
+__device__ __forceinline__ void scale_dq_partial(const float (&dq)[kRegisters], const DqRows& rows,
+                                                 float (&scaled)[kRegisters]) {
+#pragma unroll
+  for (int i = 0; i < kRegisters; ++i) scaled[i] = __fmul_rn(dq[i], rows.scale[register_row(i)]);
+}
+// kOrdered: read-add-write in the caller's turn (deterministic); else predicated reductions.
+template <bool kOrdered, int kRegisters>
+__device__ __forceinline__ void add_scaled_dq_partial(const float (&scaled)[kRegisters],
+                                                      const DqRows& rows) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const bool enabled = rows.row[r] != nullptr;
+    if constexpr (kOrdered) {
+      if (!enabled) continue;
+    }
+#pragma unroll
+    for (int i = 0; i < kRegisters; i += 2) {
+      if (register_row(i) != r) continue;
+      float* at = rows.row[r] + register_column_offset(i);
+      if constexpr (kOrdered) {
+        float2 sum = __ldcg(reinterpret_cast<float2*>(at));
+        sum.x += scaled[i];
+        sum.y += scaled[i + 1];
+        __stcg(reinterpret_cast<float2*>(at), sum);
+      } else {
+        reduce_add_v2_if(enabled, at, scaled[i], scaled[i + 1]);
+      }
+    }
+  }
+}
+
 // Post-pass: FP32 dQ buffer -> BF16 output view, two elements per thread step.
 template <int kHeadDim>
 __global__ void convert_dq_kernel(const float* dq_accum, Bf16MutableView dq, int total_q,
