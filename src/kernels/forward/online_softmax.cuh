@@ -55,12 +55,11 @@ __device__ __forceinline__ void softmax_scores_to_exponents(
   }
 #pragma unroll
   for (int c = 0; c < kBlockN / 8; ++c) {
-    // two 8-byte shared loads: {sk0, sk1} and {ev0, ev1} of this thread's column pair
-    const KeyPairFactors& pair = factors[4 * c + (lane & 3)];
-    const float2 ks = *reinterpret_cast<const float2*>(pair.key_scale);
-    const float2 ve = *reinterpret_cast<const float2*>(pair.value_exponent);
-    const float key_scale[2] = {ks.x, ks.y};
-    const float value_exponent[2] = {ve.x, ve.y};
+    // one 16-byte shared load: {sk0, sk1, ev0, ev1} of this thread's column pair (the record's
+    // first half; KeyPairFactors is 32-byte aligned)
+    const float4 kv = *reinterpret_cast<const float4*>(&factors[4 * c + (lane & 3)]);
+    const float key_scale[2] = {kv.x, kv.y};
+    const float value_exponent[2] = {kv.z, kv.w};
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
       const int i = 4 * c + j;
