@@ -140,14 +140,11 @@ __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const
 // flight: the previous step's dQ atomics, whose latency the tensor cores then hide. It reads
 // `dq` (the previous step's partial) before the step's dQ product overwrites it.
 template <int kHeadDim, bool kBf16Grad, typename UnderFirstProducts>
-__device__ __forceinline__ void backward_step(const BackwardParams& p, const KeyTileItem& item,
-                                              BackwardStorage<kHeadDim, kBf16Grad>& smem,
-                                              KeyGradientState<kHeadDim>& state,
-                                              const KeyRowFactors& key,
-                                              const int (&tile_row)[kRowsPerThread],
-                                              const StepCursor& step, bool unmasked,
-                                              float (&dq)[BackwardTile<kHeadDim>::kDqRegisters],
-                                              UnderFirstProducts&& under_first_products) {
+__device__ __forceinline__ void backward_step(
+    const BackwardParams& p, const KeyTileItem& item, BackwardStorage<kHeadDim, kBf16Grad>& smem,
+    KeyGradientState<kHeadDim>& state, const KeyRowFactors& key,
+    const int (&tile_row)[kRowsPerThread], const StepCursor& step, bool unmasked,
+    float (&dq)[BackwardTile<kHeadDim>::kDqRegisters], UnderFirstProducts&& under_first_products) {
   using Tile = BackwardTile<kHeadDim>;
   const auto& tiles = smem.stage[step.stage];
   const int head = step.head(item, p.group_size);
@@ -284,10 +281,9 @@ __device__ __forceinline__ void accumulate_dq(
   const int lane = threadIdx.x % kWarpSize;
   const int dq_col0 = warpgroup * BackwardTile<kHeadDim>::kDqColumns;
   if (p.deterministic != 0) {
-    int32_t* semaphore = dq_semaphore(p, item, head, step.q0);
-    wait_for_dq_turn(semaphore, item.tile);
-    add_dq_partial<kHeadDim, /*kOrdered=*/true>(p, dq, qf, head, step.q0, dq_col0, warp, lane);
-    pass_dq_turn(semaphore, item.tile + 1);
+    in_dq_turn(dq_semaphore(p, item, head, step.q0), item.tile, [&] {
+      add_dq_partial<kHeadDim, /*kOrdered=*/true>(p, dq, qf, head, step.q0, dq_col0, warp, lane);
+    });
   } else {
     add_dq_partial<kHeadDim, /*kOrdered=*/false>(p, dq, qf, head, step.q0, dq_col0, warp, lane);
   }
@@ -383,22 +379,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     async_copy_commit();
     float dq[BackwardTile<kHeadDim>::kDqRegisters];
-    backward_step<kHeadDim, kBf16Grad>(p, item, smem, state, key, tile_row, step,
-                                       unmasked.contains(step.q0), dq, [&] {
-                                         if constexpr (kDeferDq)
-                                           add_scaled_dq_partial</*kOrdered=*/false>(pending_dq,
-                                                                                     pending);
-                                       });
+    backward_step<kHeadDim, kBf16Grad>(
+        p, item, smem, state, key, tile_row, step, unmasked.contains(step.q0), dq, [&] {
+          if constexpr (kDeferDq) add_scaled_dq_partial</*kOrdered=*/false>(pending_dq, pending);
+        });
     if constexpr (kDeferDq) {
       // A separate array: read while the next step's wgmma run, these registers must not be the
       // dQ product's accumulator, or ptxas serializes the wgmma (C7518).
       const DqRows rows = step_dq_rows<kHeadDim>(p, item, smem.query[step.stage], step);
       scale_dq_partial(dq, rows, pending_dq);
       if (deterministic) {
-        int32_t* semaphore = dq_semaphore(p, item, step.head(item, p.group_size), step.q0);
-        wait_for_dq_turn(semaphore, item.tile);
-        add_scaled_dq_partial</*kOrdered=*/true>(pending_dq, rows);
-        pass_dq_turn(semaphore, item.tile + 1);
+        in_dq_turn(dq_semaphore(p, item, step.head(item, p.group_size), step.q0), item.tile,
+                   [&] { add_scaled_dq_partial</*kOrdered=*/true>(pending_dq, rows); });
       } else {
         pending = rows;
       }

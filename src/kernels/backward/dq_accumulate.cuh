@@ -47,6 +47,14 @@ __device__ __forceinline__ void pass_dq_turn(int32_t* semaphore, int next_turn) 
   if (threadIdx.x == 0) store_release(semaphore, next_turn);
 }
 
+// Runs `add` (the CTA's dQ additions to one (head, query tile)) in key tile `turn`'s turn.
+template <typename Add>
+__device__ __forceinline__ void in_dq_turn(int32_t* semaphore, int turn, Add&& add) {
+  wait_for_dq_turn(semaphore, turn);
+  add();
+  pass_dq_turn(semaphore, turn + 1);
+}
+
 // dq: the warpgroup's m64n(D/2) partial of the tile (rows = queries q0 + 0..63, columns =
 // d0 + 0..D/2-1); each row scaled by softmax_scale * 2^gq_i (qf.dq_scale) and added to the
 // buffer [total_q][Hq][D]. Rows outside the document are never touched. kOrdered: plain
@@ -96,8 +104,8 @@ __device__ __forceinline__ DqRows no_dq_rows() {
 }
 
 template <int kHeadDim>
-__device__ __forceinline__ DqRows dq_rows(const BackwardParams& p, const QueryFactors& qf,
-                                          int head, int q0, int d0, int warp, int lane) {
+__device__ __forceinline__ DqRows dq_rows(const BackwardParams& p, const QueryFactors& qf, int head,
+                                          int q0, int d0, int warp, int lane) {
   DqRows rows;
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {

@@ -2,6 +2,8 @@
 // The one place to tune them.
 #pragma once
 
+#include <cstddef>
+
 namespace flamia::forward {
 
 // Thread roles: one producer warpgroup (TMA, per-key factors) and two consumer warpgroups, each
@@ -67,5 +69,9 @@ struct alignas(32) KeyPairFactors {
   float inv_value_scale[2];
   float fallback_inv_value_scale[2];
 };
+// online_softmax.cuh reads {key_scale, value_exponent} as one 16-byte load.
+static_assert(offsetof(KeyPairFactors, value_exponent) == 2 * sizeof(float) &&
+                  alignof(KeyPairFactors) >= 16,
+              "key_scale and value_exponent form the record's first 16 bytes");
 
 }  // namespace flamia::forward
