@@ -13,7 +13,8 @@
 //   dV += P̂ᵀ dÔ''             (FP8 RS, A from registers)
 //   dK += Ĥᵀ Q̂ (FP8 RS) or dSᵀ Q (BF16 RS)
 //   dQ partial = Ĝ K̂c (FP8 SS, Ĝ transposed through shared memory) or dS K (BF16 SS),
-//   added to the FP32 dQ buffer (atomics, or in key-tile order when deterministic).
+//   added to the FP32 dQ buffer (atomics, issued under the next step's first products; or in
+//   key-tile order when deterministic).
 // dK and dV stay in registers across the whole CTA and are written once, as BF16.
 //
 // Loads: cooperative cp.async copies (all threads), pipelined one step ahead over two
@@ -137,8 +138,9 @@ __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const
 }
 
 // `under_first_products` runs while the step's first products (Sᵀ and half of dPᵀ) are in
-// flight: the previous step's dQ atomics, whose latency the tensor cores then hide. It reads
-// `dq` (the previous step's partial) before the step's dQ product overwrites it.
+// flight: the previous step's dQ atomics, whose latency the tensor cores then hide. What it
+// reads must be no wgmma's accumulator and it must not branch, or ptxas serializes every wgmma
+// of the kernel (C7517/C7518).
 template <int kHeadDim, bool kBf16Grad, typename UnderFirstProducts>
 __device__ __forceinline__ void backward_step(
     const BackwardParams& p, const KeyTileItem& item, BackwardStorage<kHeadDim, kBf16Grad>& smem,
