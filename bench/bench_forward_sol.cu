@@ -5,7 +5,8 @@
 // Set beside the forward kernel's throughput it says how much of the distance to the FP8 peak
 // is the loop itself and how much the pipeline around it.
 //   bench_forward_sol [--tiles N]
-// Prints one JSON line per configuration: {"head_dim", "mode", "warpgroups", "ms", "tflops"};
+// Prints one JSON line per configuration: {"head_dim", "mode", "schedule", "warpgroups", "ms",
+// "tflops"}; schedules: see Schedule below;
 // TFLOP/s count
 // the two products of every tile (4 * 64 * 128 * D FLOPs per warpgroup and tile). Modes:
 // `products` (the scores only converted to the P̂ operand) and `products+softmax`.
@@ -27,13 +28,15 @@ namespace hopper = flamia::hopper;
 
 constexpr int kProbeCtas = 132;  // one per H200 SM
 constexpr int kDefaultTiles = 4000;
+constexpr int kMaxWarpgroups = 3;  // consumer warpgroups of the largest configuration
 
-enum class Mode : int { kProductsOnly = 0, kSoftmax = 1 };
+// kExpOnly: only exp2 of every score between the products (the MUFU alone).
+enum class Mode : int { kProductsOnly = 0, kSoftmax = 1, kExpOnly = 2 };
 
 template <int kHeadDim>
 struct ProbeStorage {
   using Tile = fwd::ForwardTile<kHeadDim>;
-  alignas(1024) uint8_t q[fwd::kBlockM * kHeadDim];
+  alignas(1024) uint8_t q[kMaxWarpgroups * fwd::kRowsPerConsumer * kHeadDim];
   alignas(1024) uint8_t k[Tile::kKTileBytes];
   alignas(1024) uint8_t vt[Tile::kVtSubtiles][Tile::kVtSubtileBytes];
   fwd::KeyPairFactors factors[Tile::kBlockN / 2];
@@ -49,11 +52,36 @@ __device__ void fill_tiles(ProbeStorage<kHeadDim>& smem) {
     smem.factors[i] = fwd::KeyPairFactors{{1.0f, 1.0f}, {0.0f, 0.0f}, {1.0f, 1.0f}, {1.0f, 1.0f}};
 }
 
+// How a warpgroup orders its products and softmax. kSerial: S(n), softmax(n), P̂V̂(n), each
+// waited for (the forward kernel's loop). kOverlap: S(n) and P̂V̂(n-1) issued together, softmax(n)
+// under P̂V̂(n-1) (FlashAttention-3's intra-warpgroup overlap). kPingpong: kOverlap, and the two
+// warpgroups take turns issuing their products (named barriers), so that one's softmax runs
+// under the other's products instead of beside the other's softmax.
+enum class Schedule : int { kSerial = 0, kOverlap = 1, kPingpong = 2 };
+constexpr const char* kScheduleNames[] = {"serial", "overlap", "pingpong"};
+constexpr int kTurnBarrier = 8;  // named barriers 8 and 9: warpgroup w waits on 8 + w
+
 template <int kHeadDim, Mode kMode>
+__device__ __forceinline__ void softmax_to_exponents(
+    float (&s)[fwd::ForwardTile<kHeadDim>::kBlockN / 2], fwd::RowState& state,
+    float (&ratio)[fwd::kRowsPerThread], const fwd::KeyPairFactors* factors, int lane) {
+  constexpr int kBlockN = fwd::ForwardTile<kHeadDim>::kBlockN;
+  const fwd::RowKeyRange rows[fwd::kRowsPerThread] = {{0, kBlockN}, {0, kBlockN}};
+  ratio[0] = ratio[1] = 1.0f;
+  if constexpr (kMode == Mode::kSoftmax) {
+    fwd::softmax_scores_to_probabilities<kBlockN, fwd::KeyMask::kNone>(s, state, ratio, factors,
+                                                                       lane, 0, rows);
+  }
+  if constexpr (kMode == Mode::kExpOnly) {
+    for (int i = 0; i < kBlockN / 2; ++i) s[i] = flamia::ex2_approx(__fmul_rn(s[i], 0.0625f));
+  }
+}
+
+template <int kHeadDim, Mode kMode, Schedule kSchedule, int kRegisters>
 __device__ void consumer_loop(ProbeStorage<kHeadDim>& smem, int consumer, int tiles, float* sink) {
   using Tile = fwd::ForwardTile<kHeadDim>;
   constexpr int kBlockN = Tile::kBlockN;
-  hopper::warpgroup_registers_increase<fwd::kConsumerRegisters>();
+  hopper::warpgroup_registers_increase<kRegisters>();
   const int lane = threadIdx.x % 32;
   const uint64_t desc_q = hopper::make_smem_desc(
       hopper::smem_addr(smem.q + consumer * fwd::kRowsPerConsumer * kHeadDim),
@@ -66,39 +94,95 @@ __device__ void consumer_loop(ProbeStorage<kHeadDim>& smem, int consumer, int ti
     state.row_max[r] = -INFINITY;
     state.row_sum[r] = 0.0f;
   }
-  const fwd::RowKeyRange rows[fwd::kRowsPerThread] = {{0, kBlockN}, {0, kBlockN}};
   float acc[Tile::kAccumulatorRegisters];
   for (int i = 0; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
   uint32_t a[kBlockN / 32][4];
-  for (int n = 0; n < tiles; ++n) {
-    float s[kBlockN / 2];
-    float ratio[fwd::kRowsPerThread];
-    fwd::mma_scores<kHeadDim, kBlockN>(s, desc_q, desc_k);
-    hopper::warpgroup_wait<0>();
-    hopper::fence_registers(s);
-    if constexpr (kMode == Mode::kSoftmax) {
-      fwd::softmax_scores_to_exponents<kBlockN, fwd::KeyMask::kNone>(s, state, ratio, smem.factors,
-                                                                     lane, 0, rows);
-      fwd::softmax_exponents_to_probabilities<kBlockN>(s, state);
+  float s[kBlockN / 2];
+  float ratio[fwd::kRowsPerThread];
+  constexpr int kTurnThreads = 2 * fwd::kWarpgroupThreads;
+  auto my_turn = [&] {
+    if constexpr (kSchedule == Schedule::kPingpong)
+      hopper::named_barrier_sync(kTurnBarrier + consumer, kTurnThreads);
+  };
+  auto end_turn = [&] {
+    if constexpr (kSchedule == Schedule::kPingpong)
+      hopper::named_barrier_arrive(kTurnBarrier + 1 - consumer, kTurnThreads);
+  };
+  if constexpr (kSchedule == Schedule::kSerial) {
+    for (int n = 0; n < tiles; ++n) {
+      fwd::mma_scores<kHeadDim, kBlockN>(s, desc_q, desc_k);
+      hopper::warpgroup_wait<0>();
+      hopper::fence_registers(s);
+      softmax_to_exponents<kHeadDim, kMode>(s, state, ratio, smem.factors, lane);
       fwd::probabilities_to_operand<kBlockN>(s, a);
       fwd::rescale_output(acc, ratio);
-    } else {
-      fwd::probabilities_to_operand<kBlockN>(s, a);  // only the conversion to the P̂ operand
+      for (int i = Tile::kOutRegisters; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
+      fwd::mma_output<kHeadDim>(acc, a, smem.vt);
+      hopper::warpgroup_wait<0>();
+      hopper::fence_registers(acc);
+      fwd::add_tile_row_sums<Tile::kOutRegisters>(state, acc, 1.0f);
     }
-    for (int i = Tile::kOutRegisters; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
-    fwd::mma_output<kHeadDim>(acc, a, smem.vt);
+  } else {
+    if (kSchedule == Schedule::kPingpong && consumer == 1)
+      hopper::named_barrier_arrive(kTurnBarrier, kTurnThreads);  // warpgroup 0 goes first
+    my_turn();
+    fwd::mma_scores<kHeadDim, kBlockN>(s, desc_q, desc_k);
+    end_turn();
     hopper::warpgroup_wait<0>();
-    hopper::fence_registers(acc);
-    fwd::add_tile_row_sums<Tile::kOutRegisters>(state, acc, 1.0f);
+    hopper::fence_registers(s);
+    softmax_to_exponents<kHeadDim, kMode>(s, state, ratio, smem.factors, lane);
+    fwd::probabilities_to_operand<kBlockN>(s, a);
+    // one call site of each product and both issued in every step (an extra S after the last
+    // tile), as in the forward-pv-overlap branch: otherwise ptxas serializes the wgmma (C7511)
+    for (int n = 1; n <= tiles; ++n) {
+      for (int i = Tile::kOutRegisters; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
+      hopper::fence_registers(acc);
+      my_turn();
+      fwd::mma_scores<kHeadDim, kBlockN>(s, desc_q, desc_k);
+      fwd::mma_output<kHeadDim>(acc, a, smem.vt);
+      end_turn();
+      hopper::warpgroup_wait<1>();  // S(n); P̂V̂(n-1) may still run
+      hopper::fence_registers(s);
+      if (n < tiles)
+        softmax_to_exponents<kHeadDim, kMode>(s, state, ratio, smem.factors, lane);
+      else
+        ratio[0] = ratio[1] = 1.0f;
+      hopper::warpgroup_wait<0>();  // P̂V̂(n-1): its operand registers are free again
+      hopper::fence_registers(acc);
+      // l already holds tile n's ratio; tile n-1's row sums join it rescaled (powers of two)
+      for (int r = 0; r < fwd::kRowsPerThread; ++r)
+        state.row_sum[r] = __fmaf_rn(acc[Tile::kOutRegisters + 2 * r], ratio[r], state.row_sum[r]);
+      if (n < tiles) {
+        fwd::rescale_output(acc, ratio);
+        fwd::probabilities_to_operand<kBlockN>(s, a);
+      }
+    }
   }
   float total = state.row_sum[0] + state.row_sum[1];
   for (int i = 0; i < Tile::kOutRegisters; ++i) total += acc[i];
   if (total == 12345.0f) sink[0] = total;  // never true; keeps the loop's results live
 }
 
-template <int kHeadDim, Mode kMode>
-__global__ void __launch_bounds__(fwd::kThreads, 1)
+// Register split of a CTA with kWarpgroups consumer warpgroups and the producer's (idle) one:
+// the head-dim-128 forward's at two consumers; at three, the most 512 threads can give a
+// consumer (setmaxnreg only moves registers within the CTA's launch allocation, 128 per thread
+// at 512 threads; the probe's idle producer needs few).
+template <int kWarpgroups>
+struct RegisterSplit {
+  static_assert(kWarpgroups == 2 || kWarpgroups == 3, "consumer warpgroups");
+  static constexpr int kProducer =
+      kWarpgroups == 2 ? fwd::ForwardTile<128>::kProducerRegisters : 32;
+  static constexpr int kConsumer =
+      kWarpgroups == 2 ? fwd::ForwardTile<128>::kConsumerRegisters : 160;
+  static constexpr int kThreads = (kWarpgroups + 1) * fwd::kWarpgroupThreads;
+  static_assert(fwd::kWarpgroupThreads * (kProducer + kWarpgroups * kConsumer) <= 65536,
+                "register file");
+};
+
+template <int kHeadDim, Mode kMode, Schedule kSchedule, int kWarpgroups>
+__global__ void __launch_bounds__(RegisterSplit<kWarpgroups>::kThreads, 1)
     forward_sol_kernel(int tiles, int consumers, float* sink) {
+  using Split = RegisterSplit<kWarpgroups>;
   extern __shared__ uint8_t smem_raw[];
   const uint32_t misalignment = hopper::smem_addr(smem_raw) & 1023u;
   auto& smem =
@@ -108,36 +192,45 @@ __global__ void __launch_bounds__(fwd::kThreads, 1)
   __syncthreads();
   const int warpgroup = threadIdx.x / fwd::kWarpgroupThreads;
   if (warpgroup == 0) {  // the producer's place: idle, as little as possible
-    hopper::warpgroup_registers_decrease<fwd::kProducerRegisters>();
+    hopper::warpgroup_registers_decrease<Split::kProducer>();
     return;
   }
-  if (warpgroup - 1 < consumers) consumer_loop<kHeadDim, kMode>(smem, warpgroup - 1, tiles, sink);
+  if (warpgroup - 1 < consumers)
+    consumer_loop<kHeadDim, kMode, kSchedule, Split::kConsumer>(smem, warpgroup - 1, tiles, sink);
 }
 
-template <int kHeadDim, Mode kMode>
+template <int kHeadDim, Mode kMode, Schedule kSchedule = Schedule::kSerial, int kWarpgroups = 2>
 void run(const char* name, int consumers, int tiles, float* sink) {
   const size_t smem_bytes = sizeof(ProbeStorage<kHeadDim>) + 1024;
-  CHECK(cudaFuncSetAttribute(forward_sol_kernel<kHeadDim, kMode>,
+  CHECK(cudaFuncSetAttribute(forward_sol_kernel<kHeadDim, kMode, kSchedule, kWarpgroups>,
                              cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes)));
   const double ms = flamia::bench::median_ms(2, 10, nullptr, [&] {
-    forward_sol_kernel<kHeadDim, kMode>
-        <<<kProbeCtas, fwd::kThreads, smem_bytes>>>(tiles, consumers, sink);
+    forward_sol_kernel<kHeadDim, kMode, kSchedule, kWarpgroups>
+        <<<kProbeCtas, RegisterSplit<kWarpgroups>::kThreads, smem_bytes>>>(tiles, consumers, sink);
     CHECK(cudaGetLastError());
   });
   const double flops = 4.0 * fwd::kRowsPerConsumer * fwd::ForwardTile<kHeadDim>::kBlockN *
                        kHeadDim * double(tiles) * consumers * kProbeCtas;
   std::printf(
-      "{\"head_dim\": %d, \"mode\": \"%s\", \"warpgroups\": %d, \"tiles\": %d, "
-      "\"ms\": %.4f, \"tflops\": %.1f}\n",
-      kHeadDim, name, consumers, tiles, ms, flops / ms / 1e9);
+      "{\"head_dim\": %d, \"mode\": \"%s\", \"schedule\": \"%s\", \"warpgroups\": %d, "
+      "\"tiles\": %d, \"ms\": %.4f, \"tflops\": %.1f}\n",
+      kHeadDim, name, kScheduleNames[int(kSchedule)], consumers, tiles, ms, flops / ms / 1e9);
 }
 
 template <int kHeadDim>
 void run_head_dim(int tiles, float* sink) {
-  for (int consumers = 1; consumers <= fwd::kConsumerWarpgroups; ++consumers) {
+  for (int consumers = 1; consumers <= 2; ++consumers) {
     run<kHeadDim, Mode::kProductsOnly>("products", consumers, tiles, sink);
     run<kHeadDim, Mode::kSoftmax>("products+softmax", consumers, tiles, sink);
   }
+  constexpr int kBoth = 2;
+  run<kHeadDim, Mode::kProductsOnly, Schedule::kOverlap>("products", kBoth, tiles, sink);
+  run<kHeadDim, Mode::kSoftmax, Schedule::kOverlap>("products+softmax", kBoth, tiles, sink);
+  run<kHeadDim, Mode::kProductsOnly, Schedule::kPingpong>("products", kBoth, tiles, sink);
+  run<kHeadDim, Mode::kSoftmax, Schedule::kPingpong>("products+softmax", kBoth, tiles, sink);
+  run<kHeadDim, Mode::kExpOnly, Schedule::kSerial>("products+exp-only", kBoth, tiles, sink);
+  run<kHeadDim, Mode::kProductsOnly, Schedule::kSerial, 3>("products", 3, tiles, sink);
+  run<kHeadDim, Mode::kSoftmax, Schedule::kSerial, 3>("products+softmax", 3, tiles, sink);
 }
 
 }  // namespace

@@ -15,6 +15,9 @@ namespace {
 
 using ref::test::cu_seqlens_from_lengths;
 
+constexpr int kBlockM = ForwardTile<128>::kBlockM;  // the smaller query tile (head dim 128)
+static_assert(kBlockM <= ForwardTile<64>::kBlockM, "segments fit every head dim's query tile");
+
 struct Plan {
   std::vector<int> covered;  // per document: how many items' documents include it
   int segments = 0;

@@ -118,16 +118,15 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
     const KeyPairFactors* factors = smem.factors[stage];
     const int first_key_local = w.geo.k_tile_base + n * kBlockN - w.geo.k_start;
     if constexpr (kSegment) {
-      softmax_scores_to_exponents<kBlockN, KeyMask::kRowRange>(s, state, ratio, factors, lane,
-                                                               first_key_local, row_keys);
+      softmax_scores_to_probabilities<kBlockN, KeyMask::kRowRange>(s, state, ratio, factors, lane,
+                                                                   first_key_local, row_keys);
     } else if (n >= w.geo.causal_from) {
-      softmax_scores_to_exponents<kBlockN, KeyMask::kCausal>(s, state, ratio, factors, lane,
-                                                             first_key_local, row_keys);
+      softmax_scores_to_probabilities<kBlockN, KeyMask::kCausal>(s, state, ratio, factors, lane,
+                                                                 first_key_local, row_keys);
     } else {
-      softmax_scores_to_exponents<kBlockN, KeyMask::kNone>(s, state, ratio, factors, lane,
-                                                           first_key_local, row_keys);
+      softmax_scores_to_probabilities<kBlockN, KeyMask::kNone>(s, state, ratio, factors, lane,
+                                                               first_key_local, row_keys);
     }
-    softmax_exponents_to_probabilities<kBlockN>(s, state);
     probabilities_to_operand<kBlockN>(s, a);
     const int reference = first_key_local < 0 ? -first_key_local : 0;  // first document key
     reference_inv_value_scale = factors[reference / 2].inv_value_scale[reference & 1];
@@ -177,7 +176,7 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
                                              int consumer) {
   using Tile = ForwardTile<kHeadDim>;
   constexpr int kBlockN = Tile::kBlockN;
-  hopper::warpgroup_registers_increase<kConsumerRegisters>();
+  hopper::warpgroup_registers_increase<Tile::kConsumerRegisters>();
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32;
   const int lane = thread % 32;
@@ -188,7 +187,7 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
   int iteration = 0;
   int item_count = 0;
   for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
-    const WorkItem w = work_item<kBlockN>(p, index);
+    const WorkItem w = work_item<Tile::kBlockM, kBlockN>(p, index);
     if (w.geo.doc_count > 1)
       run_work_item<kHeadDim, kDebugProbabilities, true>(p, smem, w, rows, item_count, iteration);
     else

@@ -6,25 +6,36 @@
 
 namespace flamia::forward {
 
-// Thread roles: one producer warpgroup (TMA, per-key factors) and two consumer warpgroups, each
-// owning 64 query rows of a 128-row tile.
+// Thread roles: one producer warpgroup (TMA, per-key factors) and ForwardTile::kConsumerWarpgroups
+// consumer warpgroups, each owning 64 query rows of the query tile.
 constexpr int kWarpgroupThreads = 128;
-constexpr int kConsumerWarpgroups = 2;
-constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
-constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
-constexpr int kProducerRegisters = 40;
-constexpr int kConsumerRegisters = 232;
+constexpr int kRegisterFile = 65536;  // 32-bit registers per SM (one CTA per SM)
 
-// The two consumers are not forced to alternate their MMAs (FlashAttention-3's ping-pong): with
-// the intra-warpgroup overlap below it measured slower here (equal-2k 0.627 -> 0.656 ms).
+// The consumers are not forced to alternate their MMAs (FlashAttention-3's ping-pong): with the
+// intra-warpgroup overlap it measured slower here (equal-2k 0.627 -> 0.656 ms), and in
+// bench_forward_sol it gains nothing over the serial loop.
 constexpr int kRowsPerConsumer = 64;  // wgmma M
-constexpr int kBlockM = kRowsPerConsumer * kConsumerWarpgroups;
-constexpr int kMmaK = 32;  // FP8 wgmma K
+constexpr int kMmaK = 32;             // FP8 wgmma K
 
 template <int kHeadDim>
 struct ForwardTile {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with a forward kernel");
   static constexpr int kD = kHeadDim;
+  // Consumers: the softmax is latency-bound (bench_forward_sol: two consumer warps per scheduler
+  // leave the tensor cores, the MUFU and the issue slots each mostly idle), so more consumer
+  // warps help where their registers fit: three at head dim 64 (192-row query tiles; +33% in
+  // bench_forward_sol), two at 128, whose 64 score + 68 accumulator registers per thread spill
+  // in the 160 that three consumers leave. setmaxnreg only moves registers inside the CTA's
+  // launch allocation (kRegisterFile / kThreads per thread, in steps of 8).
+  static constexpr int kConsumerWarpgroups = kHeadDim == 64 ? 3 : 2;
+  static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
+  static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
+  static constexpr int kProducerRegisters = kHeadDim == 64 ? 56 : 40;
+  static constexpr int kConsumerRegisters = kHeadDim == 64 ? 144 : 232;
+  static_assert(kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters <=
+                    (1 + kConsumerWarpgroups) * (kRegisterFile / kThreads / 8 * 8),
+                "register split within the launch allocation");
+  static constexpr int kBlockM = kRowsPerConsumer * kConsumerWarpgroups;  // query rows per tile
   // Keys per tile: wide tiles amortize the per-tile softmax overheads (row reductions, offsets,
   // barriers); bounded by registers (S is kBlockN / 2 per thread) and shared memory.
   // (160/192-key tiles spilled with the current register budgets; 128 for both head dims.)

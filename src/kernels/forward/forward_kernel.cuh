@@ -1,5 +1,5 @@
-// The FP8 forward kernel: a persistent, warp-specialized CTA (one producer warpgroup, two
-// consumer warpgroups) walking the planned work items.
+// The FP8 forward kernel: a persistent, warp-specialized CTA (one producer warpgroup, two or
+// three consumer warpgroups: forward_config.h) walking the planned work items.
 #pragma once
 
 #include "kernels/forward/consumer.cuh"
@@ -17,19 +17,19 @@ __device__ __forceinline__ void init_barriers(SharedStorage<kHeadDim>& smem) {
   using Tile = ForwardTile<kHeadDim>;
   for (int b = 0; b < Tile::kQBuffers; ++b) {
     hopper::mbarrier_init(&smem.q_full[b], 1);
-    hopper::mbarrier_init(&smem.q_empty[b], kConsumerThreads);
+    hopper::mbarrier_init(&smem.q_empty[b], Tile::kConsumerThreads);
   }
   for (int s = 0; s < Tile::kStages; ++s) {
     hopper::mbarrier_init(&smem.k_full[s], kWarpgroupThreads);
-    hopper::mbarrier_init(&smem.k_empty[s], kConsumerThreads);
+    hopper::mbarrier_init(&smem.k_empty[s], Tile::kConsumerThreads);
     hopper::mbarrier_init(&smem.v_full[s], kWarpgroupThreads);
-    hopper::mbarrier_init(&smem.v_empty[s], kConsumerThreads);
+    hopper::mbarrier_init(&smem.v_empty[s], Tile::kConsumerThreads);
   }
   hopper::fence_mbarrier_init();
 }
 
 template <int kHeadDim, bool kDebugProbabilities>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(ForwardTile<kHeadDim>::kThreads, 1)
     forward_kernel(const __grid_constant__ ForwardParams params) {
   extern __shared__ uint8_t shared_raw[];
   // Align by offsetting the __shared__ array itself (not through an integer cast), so the

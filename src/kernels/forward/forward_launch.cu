@@ -8,7 +8,6 @@ namespace {
 
 using forward::ForwardParams;
 using forward::ForwardTile;
-using forward::kBlockM;
 
 template <int kHeadDim>
 cudaError_t make_maps(const ForwardKernelArgs& args, ForwardParams* params) {
@@ -25,7 +24,7 @@ cudaError_t make_maps(const ForwardKernelArgs& args, ForwardParams* params) {
   q.strides_bytes[1] = uint64_t(s.heads_q) * kHeadDim;
   q.box[0] = kHeadDim;
   q.box[1] = 1;
-  q.box[2] = kBlockM;
+  q.box[2] = Tile::kBlockM;
   q.swizzle = hopper::swizzle_for_row_bytes(kHeadDim);
   cudaError_t err = hopper::make_byte_tensor_map(q, &params->q_map, &what);
   if (err != cudaSuccess || s.total_k == 0) return err;  // no keys: K/V maps never used
@@ -90,7 +89,7 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   params.device_status = args.device_status;
   params.schedule = forward::schedule_view(args.scheduler_workspace);
 
-  err = forward::launch_schedule_plan(s, kBlockM, Tile::kBlockN, args.device_status,
+  err = forward::launch_schedule_plan(s, Tile::kBlockM, Tile::kBlockN, args.device_status,
                                       args.scheduler_workspace, stream);
   if (err != cudaSuccess) return err;
 
@@ -100,16 +99,18 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
                                  : forward::forward_kernel<kHeadDim, false>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
   if (err != cudaSuccess) return err;
-  const int64_t max_items = forward::max_work_items(s, kBlockM);
+  const int64_t max_items = forward::max_work_items(s, Tile::kBlockM);
   const int grid = int(max_items < multiprocessor_count() ? max_items : multiprocessor_count());
-  kernel<<<grid, forward::kThreads, kShared, stream>>>(params);
+  kernel<<<grid, Tile::kThreads, kShared, stream>>>(params);
   return cudaGetLastError();
 }
 
 }  // namespace
 
 size_t forward_scheduler_workspace_bytes(const PackedShape& shape) {
-  return forward::schedule_workspace_bytes(shape, kBlockM);
+  // the plan of the head dim's query tiles (an unsupported head dim fails at launch)
+  const int block_m = shape.head_dim == 64 ? ForwardTile<64>::kBlockM : ForwardTile<128>::kBlockM;
+  return forward::schedule_workspace_bytes(shape, block_m);
 }
 
 bool forward_supports_head_dim(int head_dim) {

@@ -12,7 +12,7 @@
 namespace flamia::forward {
 
 struct ForwardParams {
-  CUtensorMap q_map;        // Q̂ [total_q][Hq][D], box {D, 1, kBlockM}
+  CUtensorMap q_map;        // Q̂ [total_q][Hq][D], box {D, 1, ForwardTile::kBlockM}
   CUtensorMap k_map;        // K̂ [total_k][Hkv][D], box {D, 1, kBlockN}
   CUtensorMap vt_map;       // V̂ᵀ [Hkv*D][pad16(total_k)], box {128, D}
   CUtensorMap vt_tail_map;  // the same tensor, box {kVtTailKeys, D} for a narrower last sub-tile

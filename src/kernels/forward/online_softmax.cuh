@@ -24,11 +24,13 @@ __device__ __forceinline__ int register_row(int i) {
   return (i >> 1) & 1;
 }
 
-__device__ __forceinline__ float power_of_two_ratio(float from_max, float to_max) {
-  // 2^(from - to) for integer-valued maxima; 0 when `from` is -inf (nothing accumulated yet).
-  if (from_max == -INFINITY) return 0.0f;
-  const int difference = int(from_max - to_max);
-  return difference < kMinScaleExponent ? 0.0f : exp2_int(difference);
+// 2^(old_max - new_max) for integer-valued maxima, branch-free: 1 when the maximum did not move
+// (also while both are -inf), 0 when `old_max` is -inf (nothing accumulated yet) or the ratio
+// underflows.
+__device__ __forceinline__ float power_of_two_ratio(float old_max, float new_max) {
+  const int difference = int(fmaxf(old_max - new_max, float(kMinScaleExponent - 1)));
+  const float ratio = difference < kMinScaleExponent ? 0.0f : exp2_int(difference);
+  return old_max == new_max ? 1.0f : ratio;
 }
 
 // Which keys a tile's pass 1 masks: none (every key inside the document is visible; keys
@@ -36,23 +38,21 @@ __device__ __forceinline__ float power_of_two_ratio(float from_max, float to_max
 // (segments of packed documents: the row's document, causal or not).
 enum class KeyMask { kNone, kCausal, kRowRange };
 
-// Pass 1: scores -> t (in place) and the new integer row maxima. Returns, per row, the exact
-// power-of-two ratio old/new by which l (done here) and the O accumulator (by the caller, once
-// the MMA in flight on it has completed) must be rescaled. `rows`: each row's visible keys,
-// relative to k_start (kCausal reads only `last`).
-template <int kBlockN, KeyMask kMask>
-__device__ __forceinline__ void softmax_scores_to_exponents(
-    float (&s)[kBlockN / 2], RowState& state, float (&ratio)[kRowsPerThread],
-    const KeyPairFactors* factors, int lane, int first_key_local,
-    const RowKeyRange (&rows)[kRowsPerThread]) {
+// One accumulator row of the thread over a key tile: scores -> t, the new integer row maximum
+// (l rescaled here; `ratio`, old/new, rescales the O accumulator in the caller once the MMA in
+// flight on it has completed), then t -> p = exp2(t - M + 8) in place. Rows run one after the
+// other and without branches, so that the exponentials of row 0 overlap row 1's pass over the
+// scores. `keys`: the row's visible keys relative to k_start (kCausal reads only `last`).
+template <int kBlockN, KeyMask kMask, int kRow>
+__device__ __forceinline__ void softmax_row(float (&s)[kBlockN / 2], RowState& state, float& ratio,
+                                            const KeyPairFactors* factors, int lane,
+                                            int first_key_local, const RowKeyRange& keys) {
   // Key column col (tile-relative) is key first_key_local + 2*(lane&3) + col_off: masked when
-  // the compile-time offset col_off lies outside [lower, upper] of its row.
-  int upper[kRowsPerThread], lower[kRowsPerThread];
-#pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
-    upper[r] = rows[r].last - first_key_local - 2 * (lane & 3);
-    lower[r] = rows[r].first - first_key_local - 2 * (lane & 3);
-  }
+  // the compile-time offset col_off lies outside [lower, upper] of the row.
+  const int upper = keys.last - first_key_local - 2 * (lane & 3);
+  const int lower = keys.first - first_key_local - 2 * (lane & 3);
+  // two interleaved max chains over the row's kBlockN / 4 values (halves the dependency depth)
+  float m_even = -INFINITY, m_odd = -INFINITY;
 #pragma unroll
   for (int c = 0; c < kBlockN / 8; ++c) {
     // one 16-byte shared load: {sk0, sk1, ev0, ev1} of this thread's column pair (the record's
@@ -61,40 +61,49 @@ __device__ __forceinline__ void softmax_scores_to_exponents(
     const float key_scale[2] = {kv.x, kv.y};
     const float value_exponent[2] = {kv.z, kv.w};
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int i = 4 * c + j;
-      const int r = register_row(i);
-      float t = score_exponent(s[i], key_scale[j & 1], state.row_factor[r], value_exponent[j & 1]);
-      const int col_off = 8 * c + (j & 1);
+    for (int h = 0; h < 2; ++h) {
+      const int i = 4 * c + 2 * kRow + h;  // register_row(i) == kRow
+      float t = score_exponent(s[i], key_scale[h], state.row_factor[kRow], value_exponent[h]);
+      const int col_off = 8 * c + h;
       if constexpr (kMask != KeyMask::kNone) {
-        if (col_off > upper[r]) t = -INFINITY;
+        if (col_off > upper) t = -INFINITY;
       }
       if constexpr (kMask == KeyMask::kRowRange) {
-        if (col_off < lower[r]) t = -INFINITY;
+        if (col_off < lower) t = -INFINITY;
       }
       s[i] = t;
+      if (h == 0) m_even = fmaxf(m_even, t);
+      if (h == 1) m_odd = fmaxf(m_odd, t);
     }
   }
+  float m = fmaxf(m_even, m_odd);
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+  const float new_max = fmaxf(state.row_max[kRow], ceilf(m));
+  ratio = power_of_two_ratio(state.row_max[kRow], new_max);
+  state.row_sum[kRow] *= ratio;
+  state.row_max[kRow] = new_max;
+  const float offset = softmax_offset(new_max);
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
-    // two interleaved chains over the row's kBlockN / 4 values (halves the dependency depth)
-    float m_even = -INFINITY, m_odd = -INFINITY;
+  for (int c = 0; c < kBlockN / 8; ++c) {
 #pragma unroll
-    for (int c = 0; c < kBlockN / 8; ++c) {
-      m_even = fmaxf(m_even, s[4 * c + 2 * r]);
-      m_odd = fmaxf(m_odd, s[4 * c + 2 * r + 1]);
-    }
-    float m = fmaxf(m_even, m_odd);
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    const float new_max = fmaxf(state.row_max[r], ceilf(m));
-    ratio[r] = 1.0f;
-    if (new_max != state.row_max[r]) {
-      ratio[r] = power_of_two_ratio(state.row_max[r], new_max);
-      state.row_sum[r] *= ratio[r];
-      state.row_max[r] = new_max;
+    for (int h = 0; h < 2; ++h) {
+      const int i = 4 * c + 2 * kRow + h;
+      s[i] = unnormalized_probability(s[i], offset);
     }
   }
+}
+
+// Scores of a key tile -> probabilities p (in place), both rows of the thread; `ratio`: each
+// row's old/new maximum ratio for the O accumulator. `rows`: each row's visible keys.
+template <int kBlockN, KeyMask kMask>
+__device__ __forceinline__ void softmax_scores_to_probabilities(
+    float (&s)[kBlockN / 2], RowState& state, float (&ratio)[kRowsPerThread],
+    const KeyPairFactors* factors, int lane, int first_key_local,
+    const RowKeyRange (&rows)[kRowsPerThread]) {
+  static_assert(kRowsPerThread == 2, "rows 0 and 1");
+  softmax_row<kBlockN, kMask, 0>(s, state, ratio[0], factors, lane, first_key_local, rows[0]);
+  softmax_row<kBlockN, kMask, 1>(s, state, ratio[1], factors, lane, first_key_local, rows[1]);
 }
 
 template <int kRegisters>
@@ -108,17 +117,6 @@ __device__ __forceinline__ void rescale_output(float (&o)[kRegisters],
         if (register_row(i) == r) o[i] *= ratio[r];
     }
   }
-}
-
-// Pass 2: t -> p = exp2(t - M + 8) in place.
-template <int kBlockN>
-__device__ __forceinline__ void softmax_exponents_to_probabilities(float (&s)[kBlockN / 2],
-                                                                   const RowState& state) {
-  const float offset[kRowsPerThread] = {softmax_offset(state.row_max[0]),
-                                        softmax_offset(state.row_max[1])};
-#pragma unroll
-  for (int i = 0; i < kBlockN / 2; ++i)
-    s[i] = unnormalized_probability(s[i], offset[register_row(i)]);
 }
 
 // Accumulator -> FP8 A operand of P̂·V̂ (4 x b32 per k32 step): swap registers (8c+2, 8c+3) with

@@ -71,7 +71,7 @@ template <int kHeadDim>
 __device__ __forceinline__ void run_producer(const ForwardParams& p,
                                              SharedStorage<kHeadDim>& smem) {
   using Tile = ForwardTile<kHeadDim>;
-  hopper::warpgroup_registers_decrease<kProducerRegisters>();
+  hopper::warpgroup_registers_decrease<Tile::kProducerRegisters>();
   const int tid = threadIdx.x;
   const bool issues_tma = tid == 0;
   if (issues_tma) {
@@ -84,7 +84,7 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p,
   int iteration = 0;
   int item_count = 0;
   for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
-    const WorkItem w = work_item<Tile::kBlockN>(p, index);
+    const WorkItem w = work_item<Tile::kBlockM, Tile::kBlockN>(p, index);
     if (issues_tma) {
       const int buffer = item_count % Tile::kQBuffers;
       if (item_count >= Tile::kQBuffers)

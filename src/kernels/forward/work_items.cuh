@@ -14,7 +14,7 @@ struct WorkItem {
   TileGeometry geo;
 };
 
-template <int kBlockN>
+template <int kBlockM, int kBlockN>
 __device__ __forceinline__ WorkItem work_item(const ForwardParams& p, int index) {
   const TileItem tile = p.schedule.items[index];
   WorkItem w;
