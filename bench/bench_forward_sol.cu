@@ -6,10 +6,11 @@
 // is the loop itself and how much the pipeline around it.
 //   bench_forward_sol [--tiles N]
 // Prints one JSON line per configuration: {"head_dim", "mode", "schedule", "warpgroups", "ms",
-// "tflops"}; schedules: see Schedule below;
-// TFLOP/s count
-// the two products of every tile (4 * 64 * 128 * D FLOPs per warpgroup and tile). Modes:
-// `products` (the scores only converted to the P̂ operand) and `products+softmax`.
+// "tflops"}. TFLOP/s count the two products of every tile (4 * 64 * 128 * D FLOPs per
+// warpgroup and tile). Modes: `products` (the scores only converted to the P̂ operand),
+// `products+softmax`, `products+exp-only` (exp2 of every score, nothing else: the MUFU's
+// share). Schedules (Schedule below): the kernel's serial loop, FlashAttention-3's
+// intra-warpgroup overlap and its ping-pong; one, two and three consumer warpgroups.
 #include <cuda_runtime.h>
 
 #include <cstddef>

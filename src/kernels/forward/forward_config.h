@@ -24,9 +24,11 @@ struct ForwardTile {
   // Consumers: the softmax is latency-bound (bench_forward_sol: two consumer warps per scheduler
   // leave the tensor cores, the MUFU and the issue slots each mostly idle), so more consumer
   // warps help where their registers fit: three at head dim 64 (192-row query tiles; +33% in
-  // bench_forward_sol), two at 128, whose 64 score + 68 accumulator registers per thread spill
-  // in the 160 that three consumers leave. setmaxnreg only moves registers inside the CTA's
-  // launch allocation (kRegisterFile / kThreads per thread, in steps of 8).
+  // bench_forward_sol, -26% forward time on longtail-d64-gqa), two at 128: with three, its
+  // consumers need 176 registers per thread to run without spills (ptxas; 64 score + 68
+  // accumulator registers) and 512 threads leave at most 152 beside a producer that does not
+  // spill. setmaxnreg only moves registers inside the CTA's launch allocation
+  // (kRegisterFile / kThreads per thread, in steps of 8).
   static constexpr int kConsumerWarpgroups = kHeadDim == 64 ? 3 : 2;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
   static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;

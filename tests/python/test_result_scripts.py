@@ -1,0 +1,65 @@
+"""The result scripts the GPU runs feed: scripts/sass_hotspots.py (an Nsight Compute source-page
+CSV summed by opcode) and scripts/collect_results.py merge (keeps the previous h200.json's
+A/B and profile keys)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import REPO
+
+SCRIPTS = REPO / "scripts"
+
+SOURCE_PAGE = """\
+"Address","Source","Warp Stall Sampling (All Samples)","Warp Stall Sampling (Not-issued Samples)","Instructions Executed","stall_mio","stall_wait"
+"0x10","MUFU.EX2 R1, R2","300","250","64","200","100"
+"0x20","@!P0 MUFU.EX2 R3, R4","100","50","64","10","90"
+"0x30","FADD R1, R2, -8","40","5","128","0","40"
+"0x40","WARPGROUP.DEPBAR.LE gsb0, 0x0","1,000","900","8","0","3"
+"""
+
+
+def run(*args: str) -> str:
+    return subprocess.run([sys.executable, *args], check=True, capture_output=True,
+                          text=True).stdout
+
+
+def test_sass_hotspots_sums_by_opcode(tmp_path):
+    csv = tmp_path / "source.csv"
+    csv.write_text("==PROF== a line before the table\n" + SOURCE_PAGE)
+    out = run(str(SCRIPTS / "sass_hotspots.py"), str(csv))
+    rows = {line.split()[0]: line.split() for line in out.splitlines()
+            if line[:1].isalpha() and len(line.split()) == 6}
+#opcode, static count, samples, percent, not issued, executed
+    assert rows["MUFU"][1:3] == ["2", "400"]  # the predicated one counts as MUFU
+    assert rows["MUFU"][4:] == ["300", "128"]
+    assert rows["WARPGROUP"][2] == "1000"  # "1,000" read as a number
+    assert float(rows["WARPGROUP"][3]) == round(100 * 1000 / 1440, 1)
+    hottest = out.split("hottest instructions")[1].splitlines()[1]
+    assert "DEPBAR" in hottest and "stall_wait=3" in hottest
+
+
+def test_collect_results_merge_keeps_previous_keys(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    timing = {"ms": 1.0, "tflops": 500.0}
+    kernels = {"workloads": {"w": {"forward": timing, "backward": {
+        "fp8": timing, "fp8-bf16grad": timing, "deterministic": timing}}}}
+    (out / "kernels.json").write_text(json.dumps(kernels))
+    (out / "tests.json").write_text(json.dumps({"passed": 3, "failed": 0, "skipped": 0}))
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "h200.json").write_text(json.dumps({
+        "commit": "old", "kernels": {"stale": True}, "commit_note": "old note",
+        "forward_ab": {"what": "an A/B of an earlier commit"}}))
+    run(str(SCRIPTS / "collect_results.py"), "merge", str(out), "--commit", "new",
+        "--results", str(results))
+    merged = json.loads((results / "h200.json").read_text())
+    assert merged["commit"] == "new"
+    assert merged["kernels"] == kernels  # replaced
+    assert merged["forward_ab"] == {"what": "an A/B of an earlier commit"}  # kept
+    assert "commit_note" not in merged  # the note described the old run
+    table = (results / "h200.md").read_text()
+    assert "Tests: 3 passed" in table and "| w | 1.000 (500) |" in table
