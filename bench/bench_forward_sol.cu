@@ -232,6 +232,9 @@ void run_head_dim(int tiles, float* sink) {
   run<kHeadDim, Mode::kExpOnly, Schedule::kSerial>("products+exp-only", kBoth, tiles, sink);
   run<kHeadDim, Mode::kProductsOnly, Schedule::kSerial, 3>("products", 3, tiles, sink);
   run<kHeadDim, Mode::kSoftmax, Schedule::kSerial, 3>("products+softmax", 3, tiles, sink);
+  if constexpr (kHeadDim ==
+                64)  // three consumers with the overlap fit only head dim 64's registers
+    run<kHeadDim, Mode::kSoftmax, Schedule::kOverlap, 3>("products+softmax", 3, tiles, sink);
 }
 
 }  // namespace
