@@ -63,3 +63,16 @@ def test_collect_results_merge_keeps_previous_keys(tmp_path):
     assert "commit_note" not in merged  # the note described the old run
     table = (results / "h200.md").read_text()
     assert "Tests: 3 passed" in table and "| w | 1.000 (500) |" in table
+
+
+def test_profile_forward_call_gaps_and_totals():
+    sys.path.insert(0, str(REPO / "bench"))
+    from profile_forward_call import summarize_call
+
+    kernels = [{"name": "quantize", "start_us": 100.0, "us": 50.0},
+               {"name": "plan", "start_us": 160.0, "us": 5.0},
+               {"name": "forward", "start_us": 170.0, "us": 300.0}]
+    s = summarize_call(kernels, wall_us=600.0)
+    assert [k["gap_before_us"] for k in s["kernels"]] == [0.0, 10.0, 5.0]
+    assert s["kernel_us"] == 355.0 and s["gpu_span_us"] == 370.0 and s["wall_us"] == 600.0
+    assert summarize_call([], 1.0)["gpu_span_us"] == 0.0
