@@ -176,8 +176,10 @@ struct RegisterSplit {
   static constexpr int kConsumer =
       kWarpgroups == 2 ? fwd::ForwardTile<128>::kConsumerRegisters : 160;
   static constexpr int kThreads = (kWarpgroups + 1) * fwd::kWarpgroupThreads;
-  static_assert(fwd::kWarpgroupThreads * (kProducer + kWarpgroups * kConsumer) <= 65536,
-                "register file");
+  // as ForwardTile's: a split beyond the launch allocation hangs in setmaxnreg
+  static_assert(kProducer + kWarpgroups * kConsumer <=
+                    (kWarpgroups + 1) * (fwd::kRegisterFile / kThreads / 8 * 8),
+                "register split within the launch allocation");
 };
 
 template <int kHeadDim, Mode kMode, Schedule kSchedule, int kWarpgroups>
