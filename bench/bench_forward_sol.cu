@@ -63,7 +63,7 @@ constexpr const char* kScheduleNames[] = {"serial", "overlap", "pingpong"};
 constexpr int kTurnBarrier = 8;  // named barriers 8 and 9: warpgroup w waits on 8 + w
 
 template <int kHeadDim, Mode kMode>
-__device__ __forceinline__ void softmax_to_exponents(
+__device__ __forceinline__ void softmax_to_probabilities(
     float (&s)[fwd::ForwardTile<kHeadDim>::kBlockN / 2], fwd::RowState& state,
     float (&ratio)[fwd::kRowsPerThread], const fwd::KeyPairFactors* factors, int lane) {
   constexpr int kBlockN = fwd::ForwardTile<kHeadDim>::kBlockN;
@@ -114,7 +114,7 @@ __device__ void consumer_loop(ProbeStorage<kHeadDim>& smem, int consumer, int ti
       fwd::mma_scores<kHeadDim, kBlockN>(s, desc_q, desc_k);
       hopper::warpgroup_wait<0>();
       hopper::fence_registers(s);
-      softmax_to_exponents<kHeadDim, kMode>(s, state, ratio, smem.factors, lane);
+      softmax_to_probabilities<kHeadDim, kMode>(s, state, ratio, smem.factors, lane);
       fwd::probabilities_to_operand<kBlockN>(s, a);
       fwd::rescale_output(acc, ratio);
       for (int i = Tile::kOutRegisters; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
@@ -131,7 +131,7 @@ __device__ void consumer_loop(ProbeStorage<kHeadDim>& smem, int consumer, int ti
     end_turn();
     hopper::warpgroup_wait<0>();
     hopper::fence_registers(s);
-    softmax_to_exponents<kHeadDim, kMode>(s, state, ratio, smem.factors, lane);
+    softmax_to_probabilities<kHeadDim, kMode>(s, state, ratio, smem.factors, lane);
     fwd::probabilities_to_operand<kBlockN>(s, a);
     // one call site of each product and both issued in every step (an extra S after the last
     // tile), as in the forward-pv-overlap branch: otherwise ptxas serializes the wgmma (C7511)
@@ -145,7 +145,7 @@ __device__ void consumer_loop(ProbeStorage<kHeadDim>& smem, int consumer, int ti
       hopper::warpgroup_wait<1>();  // S(n); P̂V̂(n-1) may still run
       hopper::fence_registers(s);
       if (n < tiles)
-        softmax_to_exponents<kHeadDim, kMode>(s, state, ratio, smem.factors, lane);
+        softmax_to_probabilities<kHeadDim, kMode>(s, state, ratio, smem.factors, lane);
       else
         ratio[0] = ratio[1] = 1.0f;
       hopper::warpgroup_wait<0>();  // P̂V̂(n-1): its operand registers are free again

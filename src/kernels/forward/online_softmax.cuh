@@ -33,7 +33,7 @@ __device__ __forceinline__ float power_of_two_ratio(float old_max, float new_max
   return old_max == new_max ? 1.0f : ratio;
 }
 
-// Which keys a tile's pass 1 masks: none (every key inside the document is visible; keys
+// Which keys a tile's softmax masks: none (every key inside the document is visible; keys
 // outside have ev = -inf), the causal diagonal (keys after the row), or each row's own key range
 // (segments of packed documents: the row's document, causal or not).
 enum class KeyMask { kNone, kCausal, kRowRange };
