@@ -264,6 +264,11 @@ def main():
                                          precision="fp8-bf16grad")[1],
             "deterministic": bench_flamia(q, k, v, d_o, cu, max_len, opts.scale_mode,
                                           deterministic=True)[1]}
+        # the front's Hadamard rotation of q and k (torch matrix products around the kernels)
+        rotated = bench_flamia(q, k, v, d_o, cu, max_len, opts.scale_mode,
+                               qk_rotation="hadamard")
+        rec["flamia_options_fwd_ms"] = {"qk_rotation=hadamard": rotated[0]}
+        rec["flamia_options_fwdbwd_ms"]["qk_rotation=hadamard"] = rotated[1]
         baselines = {}
         for bname, fn in (("fa2_varlen", lambda: bench_fa2_varlen(q, k, v, d_o, cu, max_len)),
                           ("cudnn", lambda: bench_cudnn(q, k, v, d_o, w["doc_lens"])),

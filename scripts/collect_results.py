@@ -48,8 +48,12 @@ def backward_options_table(work: dict) -> list[str]:
         def err(key, src):
             v = src.get(key)
             return f"{v:.2g}" if isinstance(v, (int, float)) else "-"
+        rotated_fwd = r.get("flamia_options_fwd_ms", {}).get("qk_rotation=hadamard")
+        rotated_fb = opt.get("qk_rotation=hadamard")
+        rotated = (f"{rotated_fwd:.3f} / {rotated_fb:.3f}" if rotated_fwd and rotated_fb
+                   else "-")
         rows.append(f"| {name} | {r['flamia_fwdbwd_ms']:.3f} | {opt['fp8-bf16grad']:.3f} | "
-                    f"{opt['deterministic']:.3f} | {err('dq_rel_l2_vs_f64', r)}/"
+                    f"{opt['deterministic']:.3f} | {rotated} | {err('dq_rel_l2_vs_f64', r)}/"
                     f"{err('dk_rel_l2_vs_f64', r)}/{err('dv_rel_l2_vs_f64', r)} | "
                     f"{err('dq_rel_l2_vs_f64', acc)}/{err('dk_rel_l2_vs_f64', acc)}/"
                     f"{err('dv_rel_l2_vs_f64', acc)} |")
@@ -57,8 +61,9 @@ def backward_options_table(work: dict) -> list[str]:
         return []
     return ["", "Backward options (fwd+bwd ms through the PyTorch front, with quantization; "
                 "gradient errors against float64):", "",
-            "| workload | fp8 | fp8-bf16grad | deterministic | fp8 dQ/dK/dV err | "
-            "bf16grad dQ/dK/dV err |", "|---|---|---|---|---|---|", *rows]
+            "| workload | fp8 | fp8-bf16grad | deterministic | qk_rotation=hadamard fwd / "
+            "fwd+bwd | fp8 dQ/dK/dV err | bf16grad dQ/dK/dV err |",
+            "|---|---|---|---|---|---|---|", *rows]
 
 
 def workload_table(work: dict) -> list[str]:

@@ -167,21 +167,25 @@ def with_fake_quantized(attend, operands, scales="per_token"):
 
 
 def make_backend(name: str, device: torch.device, precision: str = "fp8",
-                 heads=(8, 2, 128), key_smoothing: str = "none"):
+                 heads=(8, 2, 128), key_smoothing: str = "none", qk_rotation: str = "none"):
     """Returns (attend, description). `attend(q, k, v, cu_seqlens, max_seqlen)`. The sdpa
     backend loops over documents on the host: set attend.state["bounds"] each step. `heads`
-    (heads_q, heads_kv, head_dim) is the shape the bf16 backend probes for native GQA."""
+    (heads_q, heads_kv, head_dim) is the shape the bf16 backend probes for native GQA.
+    precision, key_smoothing and qk_rotation are flamia's arguments (the other backends
+    ignore them)."""
     if name not in BACKENDS:
         raise ValueError(f"unknown attention backend {name!r}; choose one of {BACKENDS}")
+    flamia_args = {"precision": precision, "key_smoothing": key_smoothing,
+                   "qk_rotation": qk_rotation}
     if name in FAKE_QUANTIZED:
         operands, scales = FAKE_QUANTIZED[name]
-        attend, path = make_backend("bf16", device, precision, heads, key_smoothing)
+        attend, path = make_backend("bf16", device, heads=heads, **flamia_args)
         return with_fake_quantized(attend, operands, scales), (
             f"{path}, on {', '.join(operands)} rounded to E4M3 at "
             f"{FAKE_QUANTIZED_SCALES[scales][1]}")
     if name in MIXED:
         (value, value_path), (gradient, gradient_path) = (
-            make_backend(part, device, precision, heads, key_smoothing) for part in MIXED[name])
+            make_backend(part, device, heads=heads, **flamia_args) for part in MIXED[name])
         return straight_through(value, gradient), (f"value: {value_path}; "
                                                    f"gradient: {gradient_path}")
     if name == "bf16":
@@ -207,8 +211,7 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
 
     def attend(q, k, v, cu_seqlens, max_seqlen):
         return flamia.attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                                       causal=True, scale_mode=scale_mode, precision=precision,
-                                       key_smoothing=key_smoothing)
+                                       causal=True, scale_mode=scale_mode, **flamia_args)
 
     def explain(cu_seqlens, max_seqlen):
         """flamia's own account of the kernel path for the model's shapes."""
@@ -220,12 +223,11 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
 
         return flamia.explain(empty(heads_q), empty(heads_kv), empty(heads_kv), cu_seqlens,
                               cu_seqlens, max_seqlen, max_seqlen, causal=True,
-                              scale_mode=scale_mode, precision=precision,
-                              key_smoothing=key_smoothing)
+                              scale_mode=scale_mode, **flamia_args)
 
     attend.explain = explain
-    return attend, (f"flamia.attn_varlen_func(causal=True, scale_mode={scale_mode!r}, "
-                    f"precision={precision!r}, key_smoothing={key_smoothing!r})")
+    arguments = ", ".join(f"{key}={value!r}" for key, value in flamia_args.items())
+    return attend, f"flamia.attn_varlen_func(causal=True, scale_mode={scale_mode!r}, {arguments})"
 
 
 def _varlen_backend(varlen_attn, device, heads):

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Several runs per backend of one recipe, all side by side on one GPU: the main run and
+# Several runs per backend of one recipe, side by side on the GPUs of one machine: the main run and
 # REPEAT=1 .. REPEATS-1 (the same seed, data and code; the runs differ only by the order of the
 # kernels' atomic additions), each a run_h200.sh of its own, then one summary of them all with
 # each backend's mean and spread (summarize.py backend_statistics):
@@ -11,7 +11,8 @@
 # Builds the library once, here, unless CARRIED_LIB=1 (then python/flamia/_lib/libflamia.so
 # must be there). Writes <RESULTS_DIR>/pretrain<recipe>.{json,png} and the runs' CSV and JSON
 # under <RESULTS_DIR>/pretrain<recipe>/ (the main runs) and .../repeat<k>/, and tars them to
-# $OUT when it is set. Environment: REPEATS (default 3) and everything run_h200.sh reads
+# $OUT when it is set. Environment: REPEATS (default 3), GPUS (how many GPUs to spread the
+# repeats over; default all) and everything run_h200.sh reads
 # (BACKENDS, SEED, SEQS_PER_STEP, QK_NORM, MAX_MINUTES, TRAIN_ARGS, RUNS_ROOT, RESULTS_DIR).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -29,12 +30,17 @@ export CARRIED_LIB=1 TIMING=0  # step times of runs sharing the GPU mean nothing
 run_dir() {  # repeat index -> that run's directory (0: the main run)
   echo "$runs_root/runs$recipe$([[ $1 == 0 ]] || echo "_repeat$1")"
 }
+# Repeat k trains on GPU k mod GPUS (default: every GPU nvidia-smi lists; 1 without one).
+gpus=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
+((gpus >= 1)) || gpus=1
 for ((k = 0; k < repeats; ++k)); do
   # each run's own summary stays in its (git-ignored) runs directory; nothing of it goes to $OUT
   if ((k == 0)); then
-    env -u REPEAT OUT= RESULTS_DIR="$(run_dir 0)" examples/pretrain/run_h200.sh &
+    env -u REPEAT CUDA_VISIBLE_DEVICES=0 OUT= RESULTS_DIR="$(run_dir 0)" \
+      examples/pretrain/run_h200.sh &
   else
-    REPEAT=$k OUT= RESULTS_DIR="$(run_dir "$k")" examples/pretrain/run_h200.sh &
+    REPEAT=$k CUDA_VISIBLE_DEVICES=$((k % gpus)) OUT= RESULTS_DIR="$(run_dir "$k")" \
+      examples/pretrain/run_h200.sh &
   fi
 done
 failed=0

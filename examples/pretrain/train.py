@@ -38,6 +38,7 @@ if (REPO / "python" / "flamia").is_dir():
 
 import attention as attention_backends  # noqa: E402
 import data  # noqa: E402
+import logit_error_probe  # noqa: E402
 from model import Decoder, ModelConfig, count_parameters  # noqa: E402
 
 
@@ -128,6 +129,18 @@ def heldout_loss(model, batches, device, attend, attend_state) -> float:
     return total / len(batches)
 
 
+def probe_logit_errors(model, batch, device, probe, attend_state) -> dict:
+    """One more held-out forward through the capturing attend: logit_error_probe's numbers."""
+    probe.calls, probe.recording = [], True
+    try:
+        heldout_loss(model, [batch], device, probe, attend_state)
+    finally:
+        probe.recording = False
+    summary = logit_error_probe.summarize(probe.calls)
+    probe.calls = []
+    return summary
+
+
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -202,6 +215,9 @@ def parse_args(argv=None):
                         help="flamia key smoothing (first_key: subtract each document's first "
                              "key; reduces the FP8 error when keys share a large component "
                              "or a sink token attracts attention)")
+    parser.add_argument("--qk-rotation", default="none", choices=("none", "hadamard"),
+                        help="flamia backends: rotate q and k by a randomised Hadamard matrix "
+                             "before quantization (flamia.attn_varlen_func's qk_rotation)")
     parser.add_argument("--qk-norm", action="store_true",
                         help="RMSNorm of each head's q and k before RoPE (model.py)")
     parser.add_argument("--precision", default="fp8", choices=("fp8", "fp8-bf16grad"),
@@ -263,16 +279,18 @@ def main(argv=None):
     optimizer = make_optimizer(model, train_cfg, device)
     heads = (model_cfg.n_heads, model_cfg.n_kv_heads, model_cfg.head_dim)
     attend, description = attention_backends.make_backend(
-        args.attention, device, args.precision, heads=heads, key_smoothing=args.key_smoothing)
+        args.attention, device, args.precision, heads=heads, key_smoothing=args.key_smoothing,
+        qk_rotation=args.qk_rotation)
     attend_state = getattr(attend, "state", None)
     alternative = None  # (attend, state) of --heldout-attention
     if args.heldout_attention:
         alt_attend, alt_description = attention_backends.make_backend(
             args.heldout_attention, device, args.precision, heads=heads,
-            key_smoothing=args.key_smoothing)
+            key_smoothing=args.key_smoothing, qk_rotation=args.qk_rotation)
         alternative = (alt_attend, getattr(alt_attend, "state", None))
     timer = attention_backends.AttentionTimer(device, enabled=not args.compile)
     timed_attend = timer.wrap(attend)
+    probe = logit_error_probe.Capture(attend)  # FP8's logit error on this model, at evaluations
     if args.compile:
         for block in model.blocks:
             block.compile(fullgraph=True)
@@ -294,7 +312,8 @@ def main(argv=None):
           f"{train_cfg.steps} steps; attention: {description}", flush=True)
 
     columns = ["step", "tokens", "loss", "lr", "grad_norm", "step_ms", "attn_fwd_ms",
-               "attn_bwd_ms", "heldout_loss", "max_seqlen", "documents"]
+               "attn_bwd_ms", "heldout_loss", "max_seqlen", "documents", "logit_err_fp8",
+               "logit_err_fp8_rotated", "logit_rms"]
     if alternative is not None:
         columns.append("heldout_loss_alt")
     rows = []
@@ -335,7 +354,8 @@ def main(argv=None):
                    "lr": lr, "grad_norm": float(grad_norm), "step_ms": step_ms,
                    "attn_fwd_ms": fwd_ms, "attn_bwd_ms": bwd_ms, "heldout_loss": "",
                    "max_seqlen": batch_np.max_seqlen,
-                   "documents": len(batch_np.cu_seqlens) - 1}
+                   "documents": len(batch_np.cu_seqlens) - 1, "logit_err_fp8": "",
+                   "logit_err_fp8_rotated": "", "logit_rms": ""}
             last = step == train_cfg.steps - 1
             if alternative is not None:
                 row["heldout_loss_alt"] = ""
@@ -345,6 +365,8 @@ def main(argv=None):
                 if alternative is not None:
                     row["heldout_loss_alt"] = heldout_loss(model, heldout_batches, device,
                                                            *alternative)
+                row.update(probe_logit_errors(model, heldout_batches[0], device, probe,
+                                              attend_state))
             writer.writerow(row)
             f.flush()
             rows.append(row)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from . import _capi, _checks, _ops
+from . import _capi, _checks, _ops, _rotation
 
 
 def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
@@ -13,7 +13,8 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                      softmax_scale=None, causal=False, scale_mode="exact", precision="fp8",
                      deterministic=False, return_lse=False, dropout_p=0.0,
                      window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                     key_smoothing="none", return_attn_probs=False, block_table=None):
+                     key_smoothing="none", qk_rotation="none", return_attn_probs=False,
+                     block_table=None):
     """FP8 attention over packed variable-length documents, forward and backward.
 
     q: (total_q, heads_q, head_dim), k and v: (total_k, heads_kv, head_dim), BF16 CUDA tensors
@@ -33,6 +34,10 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     reproducible backward.
     key_smoothing: "none", "first_key" (subtract each document's first key) or a float32
     (heads_kv, head_dim) tensor to subtract (treated as a constant).
+    qk_rotation: "none" or "hadamard": rotate q and k by the same randomised Hadamard matrix
+    before they are quantized (q·k is unchanged; the FP8 error of Q·Kᵀ shrinks when q and k
+    concentrate on a few channels; docs/numerics.md §4.2). Torch matrix products around the
+    kernels, differentiable; about one extra read and write of q and k each way.
 
     FlashAttention arguments flamia does not implement (dropout_p, window_size other than
     (-1, -1) and the causal (-1, 0), softcap, alibi_slopes, return_attn_probs, block_table) are
@@ -53,11 +58,15 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                                 scale_mode=scale_mode, precision=precision,
                                 deterministic=deterministic, key_smoothing=key_smoothing)
     return_lse = _checks._check_bool("return_lse", return_lse)
+    rotation = _rotation.check_rotation(qk_rotation)
+    q, k = _rotation.rotate_qk(q, k, rotation)
+    smoothing_vector = spec.key_smoothing_vector
+    if smoothing_vector is not None:
+        smoothing_vector = _rotation.rotate_key_vector(smoothing_vector, rotation)
     out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                        max_seqlen_k, spec.softmax_scale, spec.causal,
-                                       spec.scale_mode, spec.key_smoothing,
-                                       spec.key_smoothing_vector, spec.precision,
-                                       spec.deterministic)
+                                       spec.scale_mode, spec.key_smoothing, smoothing_vector,
+                                       spec.precision, spec.deterministic)
     return (out, lse) if return_lse else out
 
 
@@ -69,7 +78,7 @@ def _uniform_cu_seqlens(batch: int, seqlen: int, device: torch.device) -> Tensor
 def attn_func(q: Tensor, k: Tensor, v: Tensor, *, softmax_scale=None, causal=False,
               scale_mode="exact", precision="fp8", deterministic=False, return_lse=False,
               dropout_p=0.0, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-              key_smoothing="none", return_attn_probs=False):
+              key_smoothing="none", qk_rotation="none", return_attn_probs=False):
     """attn_varlen_func for (batch, seqlen, heads, head_dim) tensors: each batch row is one
     document. Returns out (batch, seqlen_q, heads_q, head_dim), or (out, lse) with lse FP32
     (batch, heads_q, seqlen_q) as FlashAttention returns it. Every argument after v is
@@ -87,7 +96,7 @@ def attn_func(q: Tensor, k: Tensor, v: Tensor, *, softmax_scale=None, causal=Fal
         cu_seqlens_q, cu_seqlens_k, seqlen_q, seqlen_k, softmax_scale=softmax_scale,
         causal=causal, scale_mode=scale_mode, precision=precision, deterministic=deterministic,
         return_lse=return_lse, dropout_p=dropout_p, window_size=window_size, softcap=softcap,
-        alibi_slopes=alibi_slopes, key_smoothing=key_smoothing,
+        alibi_slopes=alibi_slopes, key_smoothing=key_smoothing, qk_rotation=qk_rotation,
         return_attn_probs=return_attn_probs)
     if not return_lse:
         return result.view(batch, seqlen_q, heads_q, head_dim)
@@ -100,7 +109,8 @@ def explain(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k:
             max_seqlen_q: int, max_seqlen_k: int, *, softmax_scale=None, causal=False,
             scale_mode="exact", precision="fp8", deterministic=False, return_lse=False,
             dropout_p=0.0, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-            key_smoothing="none", return_attn_probs=False, block_table=None) -> str:
+            key_smoothing="none", qk_rotation="none", return_attn_probs=False,
+            block_table=None) -> str:
     """Which kernel path attn_varlen_func would run for these arguments (the library's
     flamia_describe_forward), followed by the backward's precision. Runs no kernel. The same
     line is logged on the first call of each distinct path when FLAMIA_LOG=1."""
@@ -111,6 +121,7 @@ def explain(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k:
                                 softmax_scale=softmax_scale, causal=causal,
                                 scale_mode=scale_mode, precision=precision,
                                 deterministic=deterministic, key_smoothing=key_smoothing)
+    rotation = _rotation.check_rotation(qk_rotation)
     _capi.library()  # raise LibraryNotFound before building anything
     out, lse, stats = _ops._forward_outputs(q)
     problem = _ops.make_problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -121,4 +132,5 @@ def explain(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k:
     # library's reason instead of describing "no kernel path".
     _ops.workspace_bytes(args)
     backward = f"backward: {spec.precision}" + (", deterministic" if spec.deterministic else "")
-    return f"{_ops.describe_forward(args)}; {backward}"
+    rotated = "" if rotation == "none" else f"; q and k rotated ({rotation})"
+    return f"{_ops.describe_forward(args)}; {backward}{rotated}"

@@ -278,6 +278,36 @@ def test_outputs_do_not_depend_on_later_tokens_or_other_documents(scale_mode, ke
         assert not torch.equal(first[name][seqlens[0]:], second[name][seqlens[0]:]), name
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_qk_rotation_cuts_the_error_of_concentrated_channels(head_dim):
+    """q and k that share four large channels (as trained models' do): the Hadamard rotation
+    must lower O's and the gradients' error against float64, and keep exact mode causal."""
+    p = make(AWKWARD, heads_q=8, heads_kv=2, head_dim=head_dim, seed=5)
+    for name, channel_scale in (("q", 3.0), ("k", 12.0)):
+        t = p[name].detach().clone() * 0.25
+        t[..., :4] *= channel_scale / 0.25
+        p[name] = t.requires_grad_()
+    dout = torch.randn_like(p["q"])
+    ref = reference(p, dout, causal=True)
+    plain = run(p, dout, causal=True)
+    rotated = run(p, dout, causal=True, qk_rotation="hadamard")
+    assert_finite(rotated)
+    err_plain, err_rotated = errors(plain, ref), errors(rotated, ref)
+    for name in ("out", "dq", "dk"):
+        assert err_rotated[name] < 0.8 * err_plain[name], (name, err_plain, err_rotated)
+    assert err_rotated["out"] <= O_BOUND and err_rotated["dv"] <= GRAD_BOUND, err_rotated
+    # LSE is the same function of q·k: within the FP8 bound of the float64 one.
+    assert (rotated["lse"].double() - ref["lse"]).abs().max() <= LSE_F64_BOUND
+    # exact mode stays causal: rows before `cut` bitwise unchanged when later tokens change.
+    cut = 40
+    q2, k2 = (p[n].detach().clone() for n in ("q", "k"))
+    q2[cut:], k2[cut:] = q2[cut:] * 2 + 1, k2[cut:].flip(-1)
+    p2 = dict(p, q=q2, k=k2)
+    later = run(p2, None, causal=True, qk_rotation="hadamard")
+    assert torch.equal(later["out"][:cut], rotated["out"][:cut])
+    assert not torch.equal(later["out"][cut:], rotated["out"][cut:])
+
+
 @pytest.mark.parametrize("scale_mode", ["exact", "block32"])
 def test_packed_short_documents_stay_independent(scale_mode):
     """Documents of <= 64 tokens share forward work items (several per tile, each row masked to

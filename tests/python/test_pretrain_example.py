@@ -3,6 +3,7 @@ backend against float64, and a few training steps end to end on the CPU."""
 
 from __future__ import annotations
 
+import csv
 import json
 import math
 import sys
@@ -116,6 +117,12 @@ def test_training_steps_and_summary_on_cpu(tmp_path):
         assert result["steps"] == 3 and math.isfinite(result["final_train_loss"])
         assert result["final_heldout_loss"] is not None
         assert result["final_train_loss"] < math.log(320) + 0.5  # the model learns something
+        rows = list(csv.DictReader(open(tmp_path / f"{name}.csv")))
+        evaluated = [r for r in rows if r["heldout_loss"] != ""]
+        assert len(evaluated) == 2  # step 1 and the last
+        for r in evaluated:  # the FP8 logit-error probe ran on the model's own q and k
+            assert 0 < float(r["logit_err_fp8"]) < float(r["logit_rms"])
+            assert 0 < float(r["logit_err_fp8_rotated"]) < float(r["logit_rms"])
     report = summarize.summarize(tmp_path, ["bf16", "sdpa"], "bf16", tmp_path / "p.json",
                                  tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 1000
@@ -129,6 +136,26 @@ def test_training_steps_and_summary_on_cpu(tmp_path):
     # Same seed, same data, same (CPU) attention: identical losses, no spike.
     assert report["runs"]["sdpa"]["final_train_loss"] == report["runs"]["bf16"][
         "final_train_loss"]
+
+
+def test_logit_error_probe_pairs_and_rotation_gain():
+    import logit_error_probe
+
+    cu = torch.tensor([0, 2, 5, 9], dtype=torch.int32)
+    mask = logit_error_probe.visible_pairs(cu, 6)  # the probe may cut the last document short
+    expected = torch.zeros(6, 6, dtype=torch.bool)
+    for start, end in ((0, 2), (2, 5), (5, 6)):
+        for i in range(start, end):
+            expected[i, start:i + 1] = True
+    assert torch.equal(mask, expected)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(200, 4, 64, generator=gen)
+    k = torch.randn(200, 2, 64, generator=gen)
+    q[..., 5:7] *= 30  # shared outlier channels: the rotation must cut the error
+    k[..., 5:7] *= 30
+    cu = torch.tensor([0, 150, 200], dtype=torch.int32)
+    errors = logit_error_probe.layer_errors(q.bfloat16(), k.bfloat16(), cu)
+    assert errors["rotated"] < 0.5 * errors["plain"] < errors["spread"], errors
 
 
 def write_loss_csv(path, losses, heldout_every=50):
