@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import torch
 from torch import Tensor
+from torch._subclasses.fake_tensor import is_fake
 
 ROTATIONS = ("none", "hadamard")
 
@@ -52,17 +53,25 @@ def operand_scales(dim: int) -> tuple[float, float]:
     return 2.0 ** -((n + 1) // 2), 2.0 ** -(n // 2)
 
 
-def rotation_matrices(dim: int, dtype: torch.dtype, device) -> tuple[Tensor, Tensor]:
+def rotation_matrices(dim: int, dtype: torch.dtype, device,
+                      cacheable: bool = True) -> tuple[Tensor, Tensor]:
     """(R_q, R_k) in `dtype` on `device`: diag(signs) H_dim times q's / k's power-of-two factor,
-    so that R_q R_kᵀ = I exactly."""
+    so that R_q R_kᵀ = I exactly. Real tensors are cached per (dim, dtype, device): no copy to
+    the device after the first call, so a CUDA graph can capture the rotation; fake and meta
+    ones (tracing) are built each time and never mixed with the cached real ones."""
     key = (dim, dtype, str(device))
-    if key not in _cache:
+    pair = _cache.get(key) if cacheable else None
+    if pair is None:
         signed = rotation_signs(dim)[:, None] * sylvester_hadamard(dim)
         q_factor, k_factor = operand_scales(dim)
-        _cache[key] = torch.stack((signed * q_factor, signed * k_factor)).to(dtype=dtype,
-                                                                           device=device)
-    pair = _cache[key]
+        pair = torch.stack((signed * q_factor, signed * k_factor)).to(dtype=dtype, device=device)
+        if cacheable:
+            _cache[key] = pair
     return pair[0], pair[1]
+
+
+def _is_real(t: Tensor) -> bool:
+    return t.device.type != "meta" and not is_fake(t)
 
 
 def check_rotation(qk_rotation) -> str:
@@ -75,7 +84,7 @@ def rotate_qk(q: Tensor, k: Tensor, qk_rotation: str) -> tuple[Tensor, Tensor]:
     """(q R_q, k R_k) over the last dimension (differentiable), or (q, k) for "none"."""
     if qk_rotation == "none":
         return q, k
-    r_q, r_k = rotation_matrices(q.shape[-1], q.dtype, q.device)
+    r_q, r_k = rotation_matrices(q.shape[-1], q.dtype, q.device, cacheable=_is_real(q))
     return torch.matmul(q, r_q), torch.matmul(k, r_k)
 
 
@@ -83,6 +92,7 @@ def rotate_key_vector(vector: Tensor, qk_rotation: str) -> Tensor:
     """A key-smoothing vector (heads_kv, D) float32 in the rotated keys' basis."""
     if qk_rotation == "none":
         return vector
-    _, r_k = rotation_matrices(vector.shape[-1], torch.float32, vector.device)
+    _, r_k = rotation_matrices(vector.shape[-1], torch.float32, vector.device,
+                               cacheable=_is_real(vector))
     with torch.autocast(vector.device.type, enabled=False):  # stays FP32 under autocast
         return torch.matmul(vector, r_k).contiguous()

@@ -8,7 +8,7 @@ import math
 
 import pytest
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
 
 import flamia
 from flamia import _rotation
@@ -95,6 +95,12 @@ def test_key_vector_rotates_with_the_keys_and_stays_fp32_under_autocast():
 
 
 def test_fake_shapes_and_compile_with_rotation():
+    # A real pair cached for the device the fake tensors name must not leak into fake mode.
+    _rotation.rotation_matrices(128, BF16, "cpu")
+    with FakeTensorMode():
+        qc = torch.empty(40, 8, 128, dtype=BF16)
+        out_q, _ = _rotation.rotate_qk(qc, qc, "hadamard")
+        assert is_fake(out_q)
     with FakeTensorMode():
         q = torch.empty(40, 8, 128, dtype=BF16, device="cuda")
         kv = torch.empty(40, 2, 128, dtype=BF16, device="cuda")
