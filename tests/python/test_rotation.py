@@ -11,17 +11,17 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode, is_fake
 
 import flamia
+from attention_reference import e4m3, scale_exponent
 from flamia import _rotation
 
 BF16 = torch.bfloat16
 
 
 def e4m3_per_token(x: torch.Tensor) -> torch.Tensor:
-    """x's E4M3 values at a per-(token, head) power-of-two scale whose maximum is <= 448
-    (the contract's `exact` blocks; one binade coarser at most than numerics §1's rule)."""
-    amax = x.abs().amax(-1, keepdim=True).clamp_min(1e-30)
-    scale = torch.exp2(torch.ceil(torch.log2(amax / 448)))
-    return (x / scale).to(torch.float8_e4m3fn).to(x.dtype) * scale
+    """x's E4M3 values at each (token, head)'s scale (the contract's `exact` blocks), as x's
+    dtype (the products are exact in float64)."""
+    e = scale_exponent(x.abs().amax(-1, keepdim=True)).to(x.dtype)
+    return e4m3(x * torch.exp2(-e)).to(x.dtype) * torch.exp2(e)
 
 
 @pytest.mark.parametrize("dim", [64, 128, 256])
