@@ -37,7 +37,9 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     qk_rotation: "none" or "hadamard": rotate q and k by the same randomised Hadamard matrix
     before they are quantized (q·k is unchanged; the FP8 error of Q·Kᵀ shrinks when q and k
     concentrate on a few channels; docs/numerics.md §4.2). Torch matrix products around the
-    kernels, differentiable; about one extra read and write of q and k each way.
+    kernels, differentiable; about one extra read and write of q and k each way. The rotation
+    matrices are built on the device at the first call of each (head_dim, device): make that
+    call before capturing a CUDA graph.
 
     FlashAttention arguments flamia does not implement (dropout_p, window_size other than
     (-1, -1) and the causal (-1, 0), softcap, alibi_slopes, return_attn_probs, block_table) are
