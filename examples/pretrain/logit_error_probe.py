@@ -1,9 +1,9 @@
 """How large FP8's error of the attention logits is on the model being trained, with and
 without flamia's qk_rotation="hadamard".
 
-At each held-out evaluation, train.py runs the first held-out batch once more through a
-capturing attention (the same backend underneath) and measures, per layer, on the queries and
-keys that layer gave its attention (after RoPE, before any quantization):
+At each held-out evaluation, train.py has the attention record the first held-out batch's
+calls (one per layer) and measures, per layer, on the queries and keys that layer gave its
+attention (after RoPE, before any quantization):
 
     error = softmax_scale * rms over visible pairs (i, j) of (q̂_i · k̂_j - q_i · k_j)
 
@@ -25,17 +25,26 @@ PROBE_TOKENS = 1024
 
 
 class Capture:
-    """Wraps an attend; records each call's (q, k, cu_seqlens) while `recording` is set."""
+    """Wraps an attend; after arm(n), records the next n calls' (q, k, cu_seqlens)."""
 
     def __init__(self, attend):
         self.attend = attend
-        self.recording = False
+        self.remaining = 0
         self.calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         if hasattr(attend, "state"):
             self.state = attend.state
 
+    def arm(self, calls: int):
+        self.calls, self.remaining = [], calls
+
+    def take(self) -> list:
+        """The recorded calls (recording stops)."""
+        calls, self.calls, self.remaining = self.calls, [], 0
+        return calls
+
     def __call__(self, q, k, v, cu_seqlens, max_seqlen):
-        if self.recording:
+        if self.remaining > 0:
+            self.remaining -= 1
             self.calls.append((q.detach()[:PROBE_TOKENS], k.detach()[:PROBE_TOKENS],
                                cu_seqlens.detach()))
         return self.attend(q, k, v, cu_seqlens, max_seqlen)

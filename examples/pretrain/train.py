@@ -129,18 +129,6 @@ def heldout_loss(model, batches, device, attend, attend_state) -> float:
     return total / len(batches)
 
 
-def probe_logit_errors(model, batch, device, probe, attend_state) -> dict:
-    """One more held-out forward through the capturing attend: logit_error_probe's numbers."""
-    probe.calls, probe.recording = [], True
-    try:
-        heldout_loss(model, [batch], device, probe, attend_state)
-    finally:
-        probe.recording = False
-    summary = logit_error_probe.summarize(probe.calls)
-    probe.calls = []
-    return summary
-
-
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
@@ -289,8 +277,8 @@ def main(argv=None):
             key_smoothing=args.key_smoothing, qk_rotation=args.qk_rotation)
         alternative = (alt_attend, getattr(alt_attend, "state", None))
     timer = attention_backends.AttentionTimer(device, enabled=not args.compile)
-    timed_attend = timer.wrap(attend)
     probe = logit_error_probe.Capture(attend)  # FP8's logit error on this model, at evaluations
+    timed_attend = timer.wrap(probe)
     if args.compile:
         for block in model.blocks:
             block.compile(fullgraph=True)
@@ -360,13 +348,13 @@ def main(argv=None):
             if alternative is not None:
                 row["heldout_loss_alt"] = ""
             if (step + 1) % train_cfg.eval_every == 0 or last:
+                probe.arm(model_cfg.n_layers)  # the first held-out batch's q and k per layer
                 row["heldout_loss"] = heldout_loss(model, heldout_batches, device, timed_attend,
                                                    attend_state)
+                row.update(logit_error_probe.summarize(probe.take()))
                 if alternative is not None:
                     row["heldout_loss_alt"] = heldout_loss(model, heldout_batches, device,
                                                            *alternative)
-                row.update(probe_logit_errors(model, heldout_batches[0], device, probe,
-                                              attend_state))
             writer.writerow(row)
             f.flush()
             rows.append(row)
