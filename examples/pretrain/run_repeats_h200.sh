@@ -13,7 +13,9 @@
 # under <RESULTS_DIR>/pretrain<recipe>/ (the main runs) and .../repeat<k>/, and tars them to
 # $OUT when it is set. Environment: REPEATS (default 3), GPUS (how many GPUs to spread the
 # repeats over; default all) and everything run_h200.sh reads
-# (BACKENDS, SEED, SEQS_PER_STEP, QK_NORM, MAX_MINUTES, TRAIN_ARGS, RUNS_ROOT, RESULTS_DIR).
+# (BACKENDS, SEED, SEQS_PER_STEP, QK_NORM, MAX_MINUTES, TRAIN_ARGS, TAG, RUNS_ROOT, RESULTS_DIR).
+# With TAG the runs and the gathered CSVs get the _TAG suffix; without bf16 among BACKENDS the
+# CSVs are gathered but not summarised (summarize.py needs the BF16 runs beside them).
 set -euo pipefail
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 cd "$repo"
@@ -27,8 +29,9 @@ if [[ ${CARRIED_LIB:-0} != 1 ]]; then
 fi
 export CARRIED_LIB=1 TIMING=0  # step times of runs sharing the GPU mean nothing
 
-run_dir() {  # repeat index -> that run's directory (0: the main run)
-  echo "$runs_root/runs$recipe$([[ $1 == 0 ]] || echo "_repeat$1")"
+tag=${TAG:+_$TAG}  # run_h200.sh's TAG: other backends or arguments beside a recipe's runs
+run_dir() {  # repeat index -> that run's directory (0: the main run), as run_h200.sh names it
+  echo "$runs_root/runs$recipe$([[ $1 == 0 ]] || echo "_repeat$1")$tag"
 }
 # Repeat k trains on GPU k mod GPUS (default: every GPU nvidia-smi lists; 1 without one).
 gpus=${GPUS:-$(nvidia-smi -L 2>/dev/null | grep -c '^GPU' || true)}
@@ -54,7 +57,7 @@ for ((k = 0; k < repeats; ++k)); do
 done
 
 # Every run has finished: gather the CSVs and JSONs beside the summary, and summarise.
-collected="$results/pretrain$recipe"
+collected="$results/pretrain$recipe$tag"
 replicate_args=()
 for ((k = 0; k < repeats; ++k)); do
   dest="$collected$([[ $k == 0 ]] || echo "/repeat$k")"
@@ -62,8 +65,14 @@ for ((k = 0; k < repeats; ++k)); do
   for b in "${backends[@]}"; do cp "$(run_dir "$k")/$b".{csv,json} "$dest/"; done
   ((k == 0)) || replicate_args+=(--replicate "repeat$k=$dest" --baseline-repeat "$dest")
 done
-python3 examples/pretrain/summarize.py --runs-dir "$collected" --runs "${backends[@]}" \
-  "${replicate_args[@]}" --out-json "$collected.json" --png "$collected.png"
+summaries=()
+if [[ " ${backends[*]} " == *" bf16 "* ]]; then
+  python3 examples/pretrain/summarize.py --runs-dir "$collected" --runs "${backends[@]}" \
+    "${replicate_args[@]}" --out-json "$collected.json" --png "$collected.png"
+  summaries=("$collected.json" "$collected.png")
+else
+  echo "run_repeats: no bf16 among BACKENDS; summarise with summarize.py next to BF16 runs' CSVs"
+fi
 if [[ -n "${OUT:-}" ]]; then
-  tar czf "$OUT/pretrain$recipe.tgz" "$collected" "$collected.json" "$collected.png"
+  tar czf "$OUT/pretrain$recipe$tag.tgz" "$collected" "${summaries[@]}"
 fi

@@ -293,6 +293,31 @@ def test_repeats_script_runs_resumes_and_summarises_on_cpu(tmp_path):
     assert len(report["baseline_repeats"]) == 1
 
 
+def test_repeats_script_with_a_tag_and_no_bf16_gathers_the_runs_on_cpu(tmp_path):
+    """run_repeats_h200.sh with TAG (run_h200.sh's runs..._TAG directories) and no bf16 among
+    BACKENDS: it finds the tagged runs, gathers their CSVs under pretrain<recipe>_TAG/ and, with
+    no baseline to compare against, writes no summary and still succeeds."""
+    if not (EXAMPLE / "data" / "corpus.npz").is_file():
+        pytest.skip("examples/pretrain/data/corpus.npz is not in this checkout")
+    import os
+    import subprocess
+
+    env = dict(os.environ, REPEATS="2", BACKENDS="sdpa", CARRIED_LIB="1", SEED="7", TAG="probe",
+               RUNS_ROOT=str(tmp_path / "runs"), RESULTS_DIR=str(tmp_path / "results"),
+               TRAIN_ARGS="--preset cpu-tiny --device cpu --steps 2 --eval-every 2",
+               MAX_MINUTES="5")
+    env.pop("OUT", None)
+    env.pop("RESUME", None)
+    done = subprocess.run(["bash", str(EXAMPLE / "run_repeats_h200.sh")], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (tmp_path / "runs" / "runs_seed7_repeat1_probe" / "sdpa.csv").is_file()
+    collected = tmp_path / "results" / "pretrain_seed7_probe"
+    assert (collected / "sdpa.csv").is_file() and (collected / "repeat1" / "sdpa.csv").is_file()
+    assert "no bf16 among BACKENDS" in done.stdout
+    assert not (tmp_path / "results" / "pretrain_seed7_probe.json").exists()
+
+
 def test_an_interrupted_run_resumes_bit_for_bit_on_cpu(tmp_path):
     """A run stopped after 3 of 6 steps and resumed (--resume) gives the losses of one
     uninterrupted run: same weights, optimizer state, data order and RNG."""
