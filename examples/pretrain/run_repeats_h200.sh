@@ -57,7 +57,7 @@ for ((k = 0; k < repeats; ++k)); do
 done
 
 # Every run has finished: gather the CSVs and JSONs beside the summary, and summarise.
-collected="$results/pretrain$recipe$tag"
+collected="$results/pretrain${recipe:-_x1}$tag"  # pretrain.json is the hand-built headline
 replicate_args=()
 for ((k = 0; k < repeats; ++k)); do
   dest="$collected$([[ $k == 0 ]] || echo "/repeat$k")"

@@ -2,7 +2,7 @@
 losses, spikes and timings, comparing each run with the BF16 baseline.
 
     python3 examples/pretrain/summarize.py --runs-dir examples/pretrain/runs \
-        --out-json bench/results/pretrain.json --png bench/results/pretrain.png
+        --out-json bench/results/pretrain_x1.json --png bench/results/pretrain_x1.png
 
 max_spike: after the warm-up, the largest ratio of a run's smoothed loss to the baseline's
 smoothed loss at the same step (the same centred moving average for both). Every run sees the
@@ -420,8 +420,9 @@ def main(argv=None):
     parser.add_argument("--runs-dir", default=str(HERE / "runs"))
     parser.add_argument("--runs", nargs="+", default=list(DEFAULT_RUNS))
     parser.add_argument("--baseline", default="bf16")
-    parser.add_argument("--out-json", default=str(REPO / "bench" / "results" / "pretrain.json"))
-    parser.add_argument("--png", default=str(REPO / "bench" / "results" / "pretrain.png"))
+    results = REPO / "bench" / "results"
+    parser.add_argument("--out-json", default=str(results / "pretrain_x1.json"))
+    parser.add_argument("--png", default=str(results / "pretrain_x1.png"))
     parser.add_argument("--timing-dir", help="take step_ms/attention_ms from the runs here")
     parser.add_argument("--replicate", action="append", default=[], metavar="NAME=DIR",
                         help="the same runs from another seed or a repeat")
