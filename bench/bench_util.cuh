@@ -163,7 +163,6 @@ inline double median_ms(int warmup, int repeats, cudaStream_t stream,
   return ms[ms.size() / 2];
 }
 
-// The kernel benchmarks' one JSON line.
 // FNV-1a over a device buffer's bytes (after the timed launches): two builds that must agree
 // bit for bit print the same value.
 inline uint64_t device_bytes_hash(const void* device_data, size_t bytes) {
@@ -174,7 +173,7 @@ inline uint64_t device_bytes_hash(const void* device_data, size_t bytes) {
   return hash;
 }
 
-// One JSON line; `extra` (optional) is more members, e.g. "\"output_hash\": {...}".
+// The kernel benchmarks' one JSON line; `extra` (optional) adds members, e.g. the output hashes.
 inline void print_timing_json(double ms, double flops, int tokens, const char* extra = nullptr) {
   std::printf("{\"ms\": %.4f, \"tflops\": %.1f, \"tokens\": %d%s%s}\n", ms, flops / ms / 1e9,
               tokens, extra ? ", " : "", extra ? extra : "");

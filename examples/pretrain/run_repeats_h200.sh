@@ -57,7 +57,8 @@ for ((k = 0; k < repeats; ++k)); do
 done
 
 # Every run has finished: gather the CSVs and JSONs beside the summary, and summarise.
-collected="$results/pretrain${recipe:-_x1}$tag"  # pretrain.json is the hand-built headline
+name="pretrain${recipe:-_x1}$tag"  # pretrain.json is the hand-built headline
+collected="$results/$name"
 replicate_args=()
 for ((k = 0; k < repeats; ++k)); do
   dest="$collected$([[ $k == 0 ]] || echo "/repeat$k")"
@@ -74,5 +75,5 @@ else
   echo "run_repeats: no bf16 among BACKENDS; summarise with summarize.py next to BF16 runs' CSVs"
 fi
 if [[ -n "${OUT:-}" ]]; then
-  tar czf "$OUT/pretrain$recipe$tag.tgz" "$collected" "${summaries[@]}"
+  tar czf "$OUT/$name.tgz" "$collected" "${summaries[@]}"
 fi
