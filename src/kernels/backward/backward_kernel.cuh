@@ -205,22 +205,24 @@ __device__ __forceinline__ void backward_step(
   if constexpr (kBf16Grad) {
     uint32_t a[kBlockM / kBf16MmaK][4];
     accumulator_to_bf16_operand(ds, a);
+    // dQ's A (before the dK product reads `a`: no register of an in-flight wgmma is touched);
+    // the previous step's dQ products, its last readers, ended before the step's barrier.
+    store_bf16_score_gradient(a, lane, tile_row, smem.ds16);
     hopper::warpgroup_fence();
     mma_value_gradient<kHeadDim>(state.dv, p_hat, tiles.d_o_scaled_t);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / kBf16MmaK; ++kk)
-      mma_bf16_rs<kHeadDim>(state.dk, a[kk], paneled_desc(tiles.q16_t, kHeadDim * kPanelBytes, kk),
-                            1);
+      mma_bf16_rs_n_major<kHeadDim>(state.dk, a[kk],
+                                    mn_major_desc(tiles.q16, kBlockM * kPanelBytes, kk), 1);
     hopper::warpgroup_commit();
 
-    store_bf16_score_gradient(ds, lane, tile_row, smem.ds16);
     hopper::fence_proxy_async_shared();
     __syncthreads();
     hopper::warpgroup_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / kBf16MmaK; ++kk)
-      mma_bf16_ss<Tile::kDqColumns>(
-          dq, paneled_desc(smem.ds16, kBlockM * kPanelBytes, kk),
+      mma_bf16_ss_m_major<Tile::kDqColumns>(
+          dq, mn_major_desc(smem.ds16, kBlockN * kPanelBytes, kk),
           paneled_desc(smem.k16_t + dq_col0 * kPanelBytes, kHeadDim * kPanelBytes, kk), kk > 0);
   } else {
     int gk[kRowsPerThread] = {state.dk_unit[0], state.dk_unit[1]};

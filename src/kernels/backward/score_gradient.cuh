@@ -264,19 +264,24 @@ __device__ __forceinline__ void store_query_gradient_operand(const float (&x)[kS
   }
 }
 
-// BF16grad: dS (already BF16-rounded) stored transposed into ds_tile[query][key] (BF16, two
-// panels of 64 keys: panel = warpgroup), the A operand of dQ = dS · K.
-__device__ __forceinline__ void store_bf16_score_gradient(const float (&ds)[kScoreRegisters],
-                                                          int lane,
-                                                          const int (&tile_row)[kRowsPerThread],
-                                                          uint8_t* ds_tile) {
+// BF16grad: dS (already BF16-rounded, packed in pairs of queries as dK's A operand `a`, see
+// accumulator_to_bf16_operand) stored as it sits in the accumulator, ds_tile[key][query]: one
+// 128-byte swizzled row of the tile's 64 queries per key, 4 bytes (two queries) per store. dQ =
+// dS · K reads it M-major (queries contiguous), so no transpose is needed.
+__device__ __forceinline__ void store_bf16_score_gradient(
+    const uint32_t (&a)[kScoreRegisters / 8][4], int lane, const int (&tile_row)[kRowsPerThread],
+    uint8_t* ds_tile) {
+  static_assert(kBlockM * 2 == kPanelBytes, "one swizzled row holds a key's 64 queries");
 #pragma unroll
-  for (int i = 0; i < kScoreRegisters; ++i) {
-    const int key = tile_row[register_row(i)];
-    const uint32_t offset =
-        uint32_t((key / kBf16PerPanel) * kBlockM * kPanelBytes) +
-        hopper::swizzled_offset<kPanelBytes>(register_column(lane, i), (key % kBf16PerPanel) * 2);
-    *reinterpret_cast<__nv_bfloat16*>(ds_tile + offset) = __float2bfloat16_rn(ds[i]);
+  for (int kk = 0; kk < kScoreRegisters / 8; ++kk) {
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const int i = 8 * kk + 2 * w;  // registers i, i + 1: one row, two adjacent queries
+      const int key = tile_row[register_row(i)];
+      const uint32_t offset =
+          hopper::swizzled_offset<kPanelBytes>(key, register_column(lane, i) * 2);
+      *reinterpret_cast<uint32_t*>(ds_tile + offset) = a[kk][w];
+    }
   }
 }
 
