@@ -98,35 +98,43 @@ template <int kRows, int kTokens, bool kPermuted>
 struct Fp8TokenMajorCopy : TileVectors<kRows * kTokens / kBytesPerVector> {
   static constexpr int kGroupsPerRow = kTokens / kPermutationGroup;
   static_assert(kPermutationGroup == kBytesPerVector, "one vector per 16-token group");
+  // Slot k of a thread is row row0 + k * kSlotRows of the same group (see Fp8RowsCopy).
+  static constexpr int kSlotRows = kThreads / kGroupsPerRow;
+  static_assert(kThreads % kGroupsPerRow == 0 && kSlotRows % 8 == 0, "slot rows keep the swizzle");
   using Base = TileVectors<kRows * kTokens / kBytesPerVector>;
+
+  __device__ __forceinline__ static int group_of_thread() {
+    return int(threadIdx.x) % kGroupsPerRow;
+  }
+  __device__ __forceinline__ static uint8_t* first_slot(uint8_t* tile) {
+    return tile + hopper::swizzled_offset<kTokens>(int(threadIdx.x) / kGroupsPerRow,
+                                                   group_of_thread() * kBytesPerVector);
+  }
 
   __device__ __forceinline__ static void issue(uint8_t* tile, const uint8_t* head_base,
                                                int64_t padded_tokens, int first, TokenRange valid) {
+    const int row0 = int(threadIdx.x) / kGroupsPerRow;
+    const int group_first = first + group_of_thread() * kPermutationGroup;
+    const bool any = group_first < valid.hi && group_first + kPermutationGroup > valid.lo;
+    uint8_t* const slot0 = first_slot(tile);
 #pragma unroll
     for (int k = 0; k < Base::kPerThread; ++k) {
-      const int v = Base::vector(k);
-      const int row = v / kGroupsPerRow;
-      const int group = v % kGroupsPerRow;
-      const int group_first = first + group * kPermutationGroup;
-      const bool any = group_first < valid.hi && group_first + kPermutationGroup > valid.lo;
-      async_copy_16(tile + hopper::swizzled_offset<kTokens>(row, group * kBytesPerVector),
+      const int row = row0 + k * kSlotRows;
+      async_copy_16(slot0 + k * kSlotRows * kTokens,
                     head_base + (any ? int64_t(row) * padded_tokens + group_first : 0), any);
     }
   }
   __device__ __forceinline__ static void mask_partial_groups(uint8_t* tile, int first,
                                                              TokenRange valid) {
+    const int group_first = first + group_of_thread() * kPermutationGroup;
+    const bool any = group_first < valid.hi && group_first + kPermutationGroup > valid.lo;
+    const bool partial = group_first < valid.lo || group_first + kPermutationGroup > valid.hi;
+    if (!(any && partial)) return;
+    uint8_t* const slot0 = first_slot(tile);
 #pragma unroll
     for (int k = 0; k < Base::kPerThread; ++k) {
-      const int v = Base::vector(k);
-      const int group = v % kGroupsPerRow;
-      const int group_first = first + group * kPermutationGroup;
-      const bool any = group_first < valid.hi && group_first + kPermutationGroup > valid.lo;
-      const bool partial = group_first < valid.lo || group_first + kPermutationGroup > valid.hi;
-      if (any && partial) {
-        uint4* at = reinterpret_cast<uint4*>(
-            tile + hopper::swizzled_offset<kTokens>(v / kGroupsPerRow, group * kBytesPerVector));
-        *at = mask_token_group<kPermuted>(*at, group_first, valid);
-      }
+      uint4* at = reinterpret_cast<uint4*>(slot0 + k * kSlotRows * kTokens);
+      *at = mask_token_group<kPermuted>(*at, group_first, valid);
     }
   }
 };
