@@ -11,6 +11,7 @@
 
 #include "common/fp8_numerics.h"
 #include "kernels/backward/backward_config.h"
+#include "kernels/backward/gradient_transpose.h"
 #include "kernels/backward/tile_factors.cuh"
 #include "kernels/common/softmax_numerics.cuh"
 
@@ -238,26 +239,22 @@ __device__ __forceinline__ void query_gradient_block_scales(QueryFactors& qf,
 }
 
 // Ĝ = e4m3(x_ij * 2^ekc_j * 2^-(gq_i + eq_i)) (= e4m3(dS_ij 2^ekc_j 2^-gq_i)) stored transposed
-// into the dQ A-operand tile g[query][key] (128-byte swizzled rows of the tile's 128 keys), one
-// 4-byte word (4 consecutive keys of one query) per thread and column group. The 4 lanes lane ^ 4,
-// lane ^ 8 hold the 4 consecutive key rows r0 .. r0 + 3 (and r0 + 8 ..) of the same two queries:
-// each packs its 4 bytes {(r, c), (r, c + 1), (r + 8, c), (r + 8, c + 1)} and a 4 x 4 byte
-// transpose across them (two shuffles, two byte permutes) leaves lane i = (lane / 4) % 4 with
-// query c + (i & 1), keys r0 + 8 (i >> 1) .. + 3.
+// into the dQ A-operand tile g[query][key] (128-byte swizzled rows of the tile's 128 keys): one
+// 4-byte word (4 consecutive keys of one query) per thread and column group, after the byte
+// transpose of gradient_transpose.h (two shuffles, two byte permutes).
 __device__ __forceinline__ void store_query_gradient_operand(const float (&x)[kScoreRegisters],
                                                              const KeyRowFactors& key,
                                                              const QueryFactors& qf, int lane,
                                                              const int (&tile_row)[kRowsPerThread],
                                                              uint8_t* g) {
+  using Transpose = GradientWordTranspose;
   constexpr uint32_t kFullMask = 0xffffffffu;
-  constexpr int kLanesPerRow = 4;           // lanes of one accumulator row (its column pairs)
-  constexpr int kGroupQueries = 8;          // queries a column group advances
-  const int i = (lane / kLanesPerRow) % 4;  // the lane's row among r0 .. r0 + 3
-  // __byte_perm selectors: stage 1 swaps 16-bit halves with lane ^ 8, stage 2 bytes with lane ^ 4.
-  const uint32_t select_halves = (i & 2) ? 0x3276u : 0x5410u;
-  const uint32_t select_bytes = (i & 1) ? 0x3715u : 0x6240u;
-  const int query0 = column_of_group(0, lane) + (i & 1);
-  const int key0 = tile_row[0] - i + 8 * (i >> 1);
+  constexpr int kGroupQueries = 8;  // queries a column group advances
+  const int i = Transpose::row_in_quad(lane);
+  const uint32_t halves_selector = Transpose::halves_selector(i);
+  const uint32_t bytes_selector = Transpose::bytes_selector(i);
+  const int query0 = column_of_group(0, lane) + Transpose::query_offset(i);
+  const int key0 = tile_row[0] + Transpose::key_offset(i);
   // Group n's word: query0 + 8 n, the same swizzle phase (8 rows), so 8 rows further.
   uint8_t* const word0 = g + hopper::swizzled_offset<kBlockN>(query0, key0);
 #pragma unroll
@@ -265,14 +262,16 @@ __device__ __forceinline__ void store_query_gradient_operand(const float (&x)[kS
     const int col = column_of_group(group, lane);
     const float2 scale = column_pair(qf.dq_operand_scale, col);
     // Registers 4 group + {0, 1, 2, 3} = (row 0, col), (row 0, col + 1), (row 1, col),
-    // (row 1, col + 1).
+    // (row 1, col + 1): packed in that order.
     const float* d = &x[kRegistersPerGroup * group];
     const uint32_t own = pack_e4m3x4(__fmul_rn(__fmul_rn(d[0], key.centered_scale[0]), scale.x),
                                      __fmul_rn(__fmul_rn(d[1], key.centered_scale[0]), scale.y),
                                      __fmul_rn(__fmul_rn(d[2], key.centered_scale[1]), scale.x),
                                      __fmul_rn(__fmul_rn(d[3], key.centered_scale[1]), scale.y));
-    const uint32_t halves = __byte_perm(own, __shfl_xor_sync(kFullMask, own, 8), select_halves);
-    const uint32_t word = __byte_perm(halves, __shfl_xor_sync(kFullMask, halves, 4), select_bytes);
+    const uint32_t halves = __byte_perm(
+        own, __shfl_xor_sync(kFullMask, own, Transpose::kStage1LaneXor), halves_selector);
+    const uint32_t word = __byte_perm(
+        halves, __shfl_xor_sync(kFullMask, halves, Transpose::kStage2LaneXor), bytes_selector);
     *reinterpret_cast<uint32_t*>(word0 + group * kGroupQueries * kBlockN) = word;
   }
 }
