@@ -50,9 +50,8 @@ struct TileVectors {
 
 // Row-major FP8 rows (token `first + row`, kRowBytes = D bytes each, `token_pitch` bytes apart)
 // into a tile of kRows rows swizzled for rows of kRowBytes, by cp.async; rows outside `valid`
-// are zero-filled.
-// Slot k of a thread is row row0 + k * kSlotRows (a multiple of the swizzle's 8-row period), so
-// every slot's shared offset is the first one's plus k * kSlotRows rows.
+// are zero-filled. Slot k of a thread is row row0 + k * kSlotRows (a multiple of the swizzle's
+// 8-row period), so every slot's shared offset is the first one's plus k * kSlotRows rows.
 template <int kRows, int kRowBytes>
 struct Fp8RowsCopy : TileVectors<kRows * kRowBytes / kBytesPerVector> {
   static constexpr int kVectorsPerRow = kRowBytes / kBytesPerVector;
