@@ -2,13 +2,15 @@
 // zeroing + backward kernel + dQ post-pass) on one packed workload.
 //   bench_backward_kernel --docs 2048,2048 --heads-q 16 --heads-kv 16 --head-dim 128
 //                         [--full] [--bf16grad] [--deterministic] [--iters 20]
-// Prints one JSON line: {"ms": median, "tflops": ...}. FLOPs: 2.5 x the forward's (five
+// Prints one JSON line: {"ms": median, "tflops": ..., "output_hash": {"dq", "dk", "dv"}} (the
+// outputs' bytes hashed, to compare two builds bit for bit). FLOPs: 2.5 x the forward's (five
 // products against two), the causal half when causal.
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 
 #include "bench_util.cuh"
@@ -99,6 +101,13 @@ int main(int argc, char** argv) {
 
   const double ms = median_ms(kWarmupLaunches, w.iters, nullptr,
                               [&] { CHECK(flamia::launch_backward(a, nullptr)); });
-  print_timing_json(ms, flops, total);
+  // dK and dV are bitwise reproducible (no atomics); dQ only with --deterministic.
+  char hashes[160];
+  std::snprintf(hashes, sizeof(hashes),
+                "\"output_hash\": {\"dq\": \"%016llx\", \"dk\": \"%016llx\", \"dv\": \"%016llx\"}",
+                (unsigned long long)device_bytes_hash(dq, q_bytes * 2),
+                (unsigned long long)device_bytes_hash(dk, kv_bytes * 2),
+                (unsigned long long)device_bytes_hash(dv, kv_bytes * 2));
+  print_timing_json(ms, flops, total, hashes);
   return 0;
 }

@@ -164,8 +164,20 @@ inline double median_ms(int warmup, int repeats, cudaStream_t stream,
 }
 
 // The kernel benchmarks' one JSON line.
-inline void print_timing_json(double ms, double flops, int tokens) {
-  std::printf("{\"ms\": %.4f, \"tflops\": %.1f, \"tokens\": %d}\n", ms, flops / ms / 1e9, tokens);
+// FNV-1a over a device buffer's bytes (after the timed launches): two builds that must agree
+// bit for bit print the same value.
+inline uint64_t device_bytes_hash(const void* device_data, size_t bytes) {
+  std::vector<uint8_t> host(bytes);
+  CHECK(cudaMemcpy(host.data(), device_data, bytes, cudaMemcpyDeviceToHost));
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (uint8_t b : host) hash = (hash ^ b) * 0x100000001b3ull;
+  return hash;
+}
+
+// One JSON line; `extra` (optional) is more members, e.g. "\"output_hash\": {...}".
+inline void print_timing_json(double ms, double flops, int tokens, const char* extra = nullptr) {
+  std::printf("{\"ms\": %.4f, \"tflops\": %.1f, \"tokens\": %d%s%s}\n", ms, flops / ms / 1e9,
+              tokens, extra ? ", " : "", extra ? extra : "");
 }
 
 }  // namespace flamia::bench
