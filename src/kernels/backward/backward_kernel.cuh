@@ -141,7 +141,10 @@ __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const
 // flight: the previous step's dQ atomics, whose latency the tensor cores then hide. What it
 // reads must be no wgmma's accumulator and it must not branch, or ptxas serializes every wgmma
 // of the kernel (C7517/C7518).
-template <int kHeadDim, bool kBf16Grad, typename UnderFirstProducts>
+// kDebugPHat: the test instrument's instantiation (write_debug_p_hat). It is a template
+// parameter, not a runtime branch, so the production kernel's step loop carries none of its
+// code (it was a third of the loop's static instructions).
+template <int kHeadDim, bool kBf16Grad, bool kDebugPHat, typename UnderFirstProducts>
 __device__ __forceinline__ void backward_step(
     const BackwardParams& p, const KeyTileItem& item, BackwardStorage<kHeadDim, kBf16Grad>& smem,
     KeyGradientState<kHeadDim>& state, const KeyRowFactors& key,
@@ -178,8 +181,7 @@ __device__ __forceinline__ void backward_step(
   }
   uint32_t p_hat[kBlockM / kFp8MmaK][4];
   accumulator_to_fp8_operand(s, p_hat);
-  if (p.debug_p_hat != nullptr)
-    write_debug_p_hat(p, item, p_hat, key, qf, tile_row, head, q0, lane);
+  if constexpr (kDebugPHat) write_debug_p_hat(p, item, p_hat, key, qf, tile_row, head, q0, lane);
   {
     float dp[kHalfScoreRegisters];
     hopper::warpgroup_fence();
@@ -329,7 +331,7 @@ __device__ __forceinline__ void write_key_gradients(const BackwardParams& p,
 
 // ---- kernel -------------------------------------------------------------------------------------
 
-template <int kHeadDim, bool kBf16Grad>
+template <int kHeadDim, bool kBf16Grad, bool kDebugPHat>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardParams p) {
   using Storage = BackwardStorage<kHeadDim, kBf16Grad>;
@@ -383,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     async_copy_commit();
     float dq[BackwardTile<kHeadDim>::kDqRegisters];
-    backward_step<kHeadDim, kBf16Grad>(
+    backward_step<kHeadDim, kBf16Grad, kDebugPHat>(
         p, item, smem, state, key, tile_row, step, unmasked.contains(step.q0), dq, [&] {
           if constexpr (kDeferDq) add_scaled_dq_partial</*kOrdered=*/false>(pending_dq, pending);
         });
