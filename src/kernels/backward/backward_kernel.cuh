@@ -141,7 +141,10 @@ __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const
 // flight: the previous step's dQ atomics, whose latency the tensor cores then hide. What it
 // reads must be no wgmma's accumulator and it must not branch, or ptxas serializes every wgmma
 // of the kernel (C7517/C7518).
-template <int kHeadDim, bool kBf16Grad, typename UnderFirstProducts>
+// kDebugPHat: the test instrument's instantiation (write_debug_p_hat). It is a template
+// parameter, not a runtime branch, so the production kernel's step loop carries none of its
+// code (it was a third of the loop's static instructions).
+template <int kHeadDim, bool kBf16Grad, bool kDebugPHat, typename UnderFirstProducts>
 __device__ __forceinline__ void backward_step(
     const BackwardParams& p, const KeyTileItem& item, BackwardStorage<kHeadDim, kBf16Grad>& smem,
     KeyGradientState<kHeadDim>& state, const KeyRowFactors& key,
@@ -178,8 +181,7 @@ __device__ __forceinline__ void backward_step(
   }
   uint32_t p_hat[kBlockM / kFp8MmaK][4];
   accumulator_to_fp8_operand(s, p_hat);
-  if (p.debug_p_hat != nullptr)
-    write_debug_p_hat(p, item, p_hat, key, qf, tile_row, head, q0, lane);
+  if constexpr (kDebugPHat) write_debug_p_hat(p, item, p_hat, key, qf, tile_row, head, q0, lane);
   {
     float dp[kHalfScoreRegisters];
     hopper::warpgroup_fence();
@@ -205,22 +207,24 @@ __device__ __forceinline__ void backward_step(
   if constexpr (kBf16Grad) {
     uint32_t a[kBlockM / kBf16MmaK][4];
     accumulator_to_bf16_operand(ds, a);
+    // dQ's A (before the dK product reads `a`: no register of an in-flight wgmma is touched);
+    // the previous step's dQ products, its last readers, ended before the step's barrier.
+    store_bf16_score_gradient(a, lane, tile_row, smem.ds16);
     hopper::warpgroup_fence();
     mma_value_gradient<kHeadDim>(state.dv, p_hat, tiles.d_o_scaled_t);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / kBf16MmaK; ++kk)
-      mma_bf16_rs<kHeadDim>(state.dk, a[kk], paneled_desc(tiles.q16_t, kHeadDim * kPanelBytes, kk),
-                            1);
+      mma_bf16_rs_n_major<kHeadDim>(state.dk, a[kk],
+                                    mn_major_desc(tiles.q16, kBlockM * kPanelBytes, kk), 1);
     hopper::warpgroup_commit();
 
-    store_bf16_score_gradient(ds, lane, tile_row, smem.ds16);
     hopper::fence_proxy_async_shared();
     __syncthreads();
     hopper::warpgroup_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockN / kBf16MmaK; ++kk)
-      mma_bf16_ss<Tile::kDqColumns>(
-          dq, paneled_desc(smem.ds16, kBlockM * kPanelBytes, kk),
+      mma_bf16_ss_m_major<Tile::kDqColumns>(
+          dq, mn_major_desc(smem.ds16, kBlockN * kPanelBytes, kk),
           paneled_desc(smem.k16_t + dq_col0 * kPanelBytes, kHeadDim * kPanelBytes, kk), kk > 0);
   } else {
     int gk[kRowsPerThread] = {state.dk_unit[0], state.dk_unit[1]};
@@ -327,7 +331,7 @@ __device__ __forceinline__ void write_key_gradients(const BackwardParams& p,
 
 // ---- kernel -------------------------------------------------------------------------------------
 
-template <int kHeadDim, bool kBf16Grad>
+template <int kHeadDim, bool kBf16Grad, bool kDebugPHat>
 __global__ void __launch_bounds__(kThreads, 1)
     backward_kernel(const __grid_constant__ BackwardParams p) {
   using Storage = BackwardStorage<kHeadDim, kBf16Grad>;
@@ -381,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     async_copy_commit();
     float dq[BackwardTile<kHeadDim>::kDqRegisters];
-    backward_step<kHeadDim, kBf16Grad>(
+    backward_step<kHeadDim, kBf16Grad, kDebugPHat>(
         p, item, smem, state, key, tile_row, step, unmasked.contains(step.q0), dq, [&] {
           if constexpr (kDeferDq) add_scaled_dq_partial</*kOrdered=*/false>(pending_dq, pending);
         });

@@ -46,6 +46,34 @@ __device__ __forceinline__ void mma_bf16_rs(float (&d)[kN / 2], const uint32_t (
   if constexpr (kN == 128) hopper::wgmma_bf16_rs_n128<0>(d, a, b, accumulate);
 }
 
+// BF16 product with A M-major in shared memory (rows of A's K dimension, M contiguous) and B
+// K-major.
+template <int kN>
+__device__ __forceinline__ void mma_bf16_ss_m_major(float (&d)[kN / 2], uint64_t a, uint64_t b,
+                                                    int accumulate) {
+  static_assert(kN == 32 || kN == 64, "BF16 SS width of dQ's half");
+  if constexpr (kN == 32) hopper::wgmma_bf16_ss_n32<1, 0>(d, a, b, accumulate);
+  if constexpr (kN == 64) hopper::wgmma_bf16_ss_n64<1, 0>(d, a, b, accumulate);
+}
+
+// BF16 product with A from registers and B N-major (rows of B's K dimension, N contiguous):
+// the tile is stored as it sits in global memory, with no transpose.
+template <int kN>
+__device__ __forceinline__ void mma_bf16_rs_n_major(float (&d)[kN / 2], const uint32_t (&a)[4],
+                                                    uint64_t b, int accumulate) {
+  static_assert(kN == 64 || kN == 128, "BF16 RS width");
+  if constexpr (kN == 64) hopper::wgmma_bf16_rs_n64<1>(d, a, b, accumulate);
+  if constexpr (kN == 128) hopper::wgmma_bf16_rs_n128<1>(d, a, b, accumulate);
+}
+
+// Descriptor of an M- or N-major BF16 operand at k step `kk` of a tile of rows (K) stored as
+// panels of 64 elements (M or N) by 128-byte swizzled rows, `panel_bytes` apart: a k16 step is
+// 16 rows.
+__device__ __forceinline__ uint64_t mn_major_desc(const uint8_t* tile, int panel_bytes, int kk) {
+  return hopper::make_mn_major_desc(hopper::smem_addr(tile + kk * kBf16MmaK * kPanelBytes),
+                                    uint32_t(panel_bytes));
+}
+
 // Descriptor of a K-major operand at k step `kk` of a tile stored as panels of 128-byte rows:
 // panel kk / 4 (`panel_bytes` apart), 32 bytes per step inside the panel.
 __device__ __forceinline__ uint64_t paneled_desc(const uint8_t* tile, int panel_bytes, int kk) {

@@ -102,6 +102,7 @@ __device__ __forceinline__ void issue_query_tiles(
       stage.d_o_scaled_t, p.d_o_scaled_t + token_major_head, p.padded_q, q0, queries);
   if constexpr (kBf16Grad) {
     Bf16RowsCopy<kBlockM, kHeadDim>::issue(stage.d_o16, p.d_o16, head, q0, queries);
+    Bf16RowsCopy<kBlockM, kHeadDim>::issue(stage.q16, p.q16, head, q0, queries);  // dK's B
   } else {
     Fp8RowsCopy<kBlockM, kHeadDim>::issue(stage.d_o, p.d_o + int64_t(head) * kHeadDim, pitch, q0,
                                           queries);
@@ -111,21 +112,15 @@ __device__ __forceinline__ void issue_query_tiles(
 }
 
 // After async_copy_wait_all(): the byte masks of the token-major tiles (by the threads that
-// issued them) and, for BF16grad, the Qᵀ transpose through registers. The BF16 transpose is
-// not overlapped with the previous step (its staging registers would have to live across the
-// step next to dK and dV); only the fp8-bf16grad precision pays its latency.
+// issued them). BF16grad's Q rows need none: dK reads them N-major, as copied.
 template <int kHeadDim, bool kBf16Grad>
 __device__ __forceinline__ void finish_query_tiles(
-    typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& stage, const BackwardParams& p,
-    const KeyTileItem& item, int head, int q0) {
+    typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& stage, const KeyTileItem& item,
+    int q0) {
   const TokenRange queries{item.span.q_start, item.span.q_end};
   Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>::mask_partial_groups(stage.d_o_scaled_t,
                                                                                q0, queries);
-  if constexpr (kBf16Grad) {
-    Bf16TransposedCopy<kBlockM, kHeadDim> q_t;
-    q_t.fetch(p.q16, head, q0, queries);
-    q_t.store(stage.q16_t);
-  } else {
+  if constexpr (!kBf16Grad) {
     Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>::mask_partial_groups(stage.q_t, q0,
                                                                                  queries);
   }
@@ -155,8 +150,7 @@ __device__ __forceinline__ void finish_step_loads(BackwardStorage<kHeadDim, kBf1
                                                   const QueryFactorFetch& factors) {
   async_copy_wait_all();
   if (step.valid(item)) {
-    const int head = step.head(item, p.group_size);
-    finish_query_tiles<kHeadDim, kBf16Grad>(smem.stage[step.stage], p, item, head, step.q0);
+    finish_query_tiles<kHeadDim, kBf16Grad>(smem.stage[step.stage], item, step.q0);
     factors.store<kBf16Grad>(smem.query[step.stage], p, item, step.q0);
   }
   hopper::fence_proxy_async_shared();

@@ -30,7 +30,7 @@ template <int kHeadDim>
 struct Bf16GradQueryStage {
   alignas(kTileAlignment) uint8_t q[kBlockM * kHeadDim];             // Q̂ rows (Sᵀ's B)
   alignas(kTileAlignment) uint8_t d_o16[kBlockM * kHeadDim * 2];     // dO rows (dPᵀ's B)
-  alignas(kTileAlignment) uint8_t q16_t[kHeadDim * kBlockM * 2];     // Qᵀ [d][query] (dK's B)
+  alignas(kTileAlignment) uint8_t q16[kBlockM * kHeadDim * 2];       // Q rows (dK's B, N-major)
   alignas(kTileAlignment) uint8_t d_o_scaled_t[kHeadDim * kBlockM];  // dÔ''ᵀ (dV's B)
 };
 
@@ -56,7 +56,7 @@ struct Bf16GradStorage {
   alignas(kTileAlignment) uint8_t v16[kBlockN * kHeadDim * 2];    // V rows (dPᵀ's A)
   alignas(kTileAlignment) uint8_t k16_t[kHeadDim * kBlockN * 2];  // Kᵀ [d][key] (dQ's B)
   QueryStage stage[kQueryStages];
-  alignas(kTileAlignment) uint8_t ds16[kBlockM * kBlockN * 2];  // dS [query][key] (dQ's A)
+  alignas(kTileAlignment) uint8_t ds16[kBlockM * kBlockN * 2];  // dS [key][query] (dQ's A, M-major)
   QueryFactors query[kQueryStages];
 };
 

@@ -50,22 +50,25 @@ struct TileVectors {
 
 // Row-major FP8 rows (token `first + row`, kRowBytes = D bytes each, `token_pitch` bytes apart)
 // into a tile of kRows rows swizzled for rows of kRowBytes, by cp.async; rows outside `valid`
-// are zero-filled.
+// are zero-filled. Slot k of a thread is row row0 + k * kSlotRows (a multiple of the swizzle's
+// 8-row period), so every slot's shared offset is the first one's plus k * kSlotRows rows.
 template <int kRows, int kRowBytes>
 struct Fp8RowsCopy : TileVectors<kRows * kRowBytes / kBytesPerVector> {
   static constexpr int kVectorsPerRow = kRowBytes / kBytesPerVector;
+  static constexpr int kSlotRows = kThreads / kVectorsPerRow;
+  static_assert(kThreads % kVectorsPerRow == 0 && kSlotRows % 8 == 0, "slot rows keep the swizzle");
   using Base = TileVectors<kRows * kRowBytes / kBytesPerVector>;
 
   __device__ __forceinline__ static void issue(uint8_t* tile, const uint8_t* head_base,
                                                int64_t token_pitch, int first, TokenRange valid) {
+    const int row0 = int(threadIdx.x) / kVectorsPerRow;
+    const int byte = (int(threadIdx.x) % kVectorsPerRow) * kBytesPerVector;
+    uint8_t* const slot0 = tile + hopper::swizzled_offset<kRowBytes>(row0, byte);
 #pragma unroll
     for (int k = 0; k < Base::kPerThread; ++k) {
-      const int v = Base::vector(k);
-      const int row = v / kVectorsPerRow;
-      const int byte = (v % kVectorsPerRow) * kBytesPerVector;
-      const int token = first + row;
+      const int token = first + row0 + k * kSlotRows;
       const bool inside = valid.contains(token);
-      async_copy_16(tile + hopper::swizzled_offset<kRowBytes>(row, byte),
+      async_copy_16(slot0 + k * kSlotRows * kRowBytes,
                     head_base + (inside ? int64_t(token) * token_pitch + byte : 0), inside);
     }
   }
@@ -94,35 +97,43 @@ template <int kRows, int kTokens, bool kPermuted>
 struct Fp8TokenMajorCopy : TileVectors<kRows * kTokens / kBytesPerVector> {
   static constexpr int kGroupsPerRow = kTokens / kPermutationGroup;
   static_assert(kPermutationGroup == kBytesPerVector, "one vector per 16-token group");
+  // Slot k of a thread is row row0 + k * kSlotRows of the same group (see Fp8RowsCopy).
+  static constexpr int kSlotRows = kThreads / kGroupsPerRow;
+  static_assert(kThreads % kGroupsPerRow == 0 && kSlotRows % 8 == 0, "slot rows keep the swizzle");
   using Base = TileVectors<kRows * kTokens / kBytesPerVector>;
+
+  __device__ __forceinline__ static int group_of_thread() {
+    return int(threadIdx.x) % kGroupsPerRow;
+  }
+  __device__ __forceinline__ static uint8_t* first_slot(uint8_t* tile) {
+    return tile + hopper::swizzled_offset<kTokens>(int(threadIdx.x) / kGroupsPerRow,
+                                                   group_of_thread() * kBytesPerVector);
+  }
 
   __device__ __forceinline__ static void issue(uint8_t* tile, const uint8_t* head_base,
                                                int64_t padded_tokens, int first, TokenRange valid) {
+    const int row0 = int(threadIdx.x) / kGroupsPerRow;
+    const int group_first = first + group_of_thread() * kPermutationGroup;
+    const bool any = group_first < valid.hi && group_first + kPermutationGroup > valid.lo;
+    uint8_t* const slot0 = first_slot(tile);
 #pragma unroll
     for (int k = 0; k < Base::kPerThread; ++k) {
-      const int v = Base::vector(k);
-      const int row = v / kGroupsPerRow;
-      const int group = v % kGroupsPerRow;
-      const int group_first = first + group * kPermutationGroup;
-      const bool any = group_first < valid.hi && group_first + kPermutationGroup > valid.lo;
-      async_copy_16(tile + hopper::swizzled_offset<kTokens>(row, group * kBytesPerVector),
+      const int row = row0 + k * kSlotRows;
+      async_copy_16(slot0 + k * kSlotRows * kTokens,
                     head_base + (any ? int64_t(row) * padded_tokens + group_first : 0), any);
     }
   }
   __device__ __forceinline__ static void mask_partial_groups(uint8_t* tile, int first,
                                                              TokenRange valid) {
+    const int group_first = first + group_of_thread() * kPermutationGroup;
+    const bool any = group_first < valid.hi && group_first + kPermutationGroup > valid.lo;
+    const bool partial = group_first < valid.lo || group_first + kPermutationGroup > valid.hi;
+    if (!(any && partial)) return;
+    uint8_t* const slot0 = first_slot(tile);
 #pragma unroll
     for (int k = 0; k < Base::kPerThread; ++k) {
-      const int v = Base::vector(k);
-      const int group = v % kGroupsPerRow;
-      const int group_first = first + group * kPermutationGroup;
-      const bool any = group_first < valid.hi && group_first + kPermutationGroup > valid.lo;
-      const bool partial = group_first < valid.lo || group_first + kPermutationGroup > valid.hi;
-      if (any && partial) {
-        uint4* at = reinterpret_cast<uint4*>(
-            tile + hopper::swizzled_offset<kTokens>(v / kGroupsPerRow, group * kBytesPerVector));
-        *at = mask_token_group<kPermuted>(*at, group_first, valid);
-      }
+      uint4* at = reinterpret_cast<uint4*>(slot0 + k * kSlotRows * kTokens);
+      *at = mask_token_group<kPermuted>(*at, group_first, valid);
     }
   }
 };
@@ -142,23 +153,27 @@ __device__ __forceinline__ const uint8_t* bf16_row(const Bf16View& view, int tok
 
 constexpr int kBf16PerVector = kBytesPerVector / 2;
 
-// BF16 rows (token first + row, D elements) -> K-major tile [kRows][kD] in panels, by
-// cp.async; rows outside `valid` are zero-filled.
+// BF16 rows (token first + row, D elements) -> tile [kRows][kD] in panels of 64 elements, by
+// cp.async; rows outside `valid` are zero-filled. Slot k of a thread is row row0 + k * kSlotRows
+// at the same element: kSlotRows is a multiple of the swizzle's 8-row period, so every slot's
+// shared offset is the first one's plus k * kSlotRows rows (one register for all slots).
 template <int kRows, int kD>
 struct Bf16RowsCopy : TileVectors<kRows * kD / kBf16PerVector> {
   static constexpr int kVectorsPerRow = kD / kBf16PerVector;
+  static constexpr int kSlotRows = kThreads / kVectorsPerRow;
+  static_assert(kThreads % kVectorsPerRow == 0 && kSlotRows % 8 == 0, "slot rows keep the swizzle");
   using Base = TileVectors<kRows * kD / kBf16PerVector>;
 
   __device__ __forceinline__ static void issue(uint8_t* tile, const Bf16View& view, int head,
                                                int first, TokenRange valid) {
+    const int row0 = int(threadIdx.x) / kVectorsPerRow;
+    const int e = (int(threadIdx.x) % kVectorsPerRow) * kBf16PerVector;
+    uint8_t* const slot0 = tile + bf16_panel_offset<kRows>(row0, e);
 #pragma unroll
     for (int k = 0; k < Base::kPerThread; ++k) {
-      const int v = Base::vector(k);
-      const int row = v / kVectorsPerRow;
-      const int e = (v % kVectorsPerRow) * kBf16PerVector;
-      const int token = first + row;
+      const int token = first + row0 + k * kSlotRows;
       const bool inside = valid.contains(token);
-      async_copy_16(tile + bf16_panel_offset<kRows>(row, e),
+      async_copy_16(slot0 + k * kSlotRows * kPanelBytes,
                     inside ? bf16_row(view, token, head) + 2 * e : bf16_row(view, 0, 0), inside);
     }
   }

@@ -38,6 +38,21 @@ __device__ __forceinline__ uint64_t make_smem_desc(uint32_t smem_addr, Swizzle s
   desc |= uint64_t(int(s)) << 62;
   return desc;
 }
+// Descriptor of an MN-major (transposed: wgmma's imm-trans flag set; 16-bit types only) tile at
+// `smem_addr` with 128B swizzle: MN runs along the 128-byte swizzled rows (64 BF16 elements), K
+// down the rows. PTX's canonical layout ((T,8,m),(8,k)):((1,T,LBO),(8T,SBO)): the leading byte
+// offset is the distance between blocks of 64 MN elements (`mn_block_bytes`), the stride byte
+// offset that between groups of 8 K-rows (8 x 128 B). A k16 step advances 16 rows (2 groups).
+__device__ __forceinline__ uint64_t make_mn_major_desc(uint32_t smem_addr,
+                                                       uint32_t mn_block_bytes) {
+  constexpr uint32_t kRowBytes = 128;
+  constexpr uint32_t kRowGroupBytes = 8 * kRowBytes;
+  uint64_t desc = uint64_t((smem_addr & 0x3FFFF) >> 4);
+  desc |= uint64_t((mn_block_bytes & 0x3FFFF) >> 4) << 16;  // leading byte offset
+  desc |= uint64_t(kRowGroupBytes >> 4) << 32;              // stride byte offset
+  desc |= uint64_t(int(Swizzle::k128B)) << 62;
+  return desc;
+}
 // Advancing a descriptor by `bytes` along K inside the swizzle atom.
 __device__ __forceinline__ uint64_t advance_desc(uint64_t desc, uint32_t bytes) {
   return desc + (bytes >> 4);
