@@ -30,7 +30,7 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     head: outputs are bitwise independent of later tokens) or "block32" (per document-local
     32-token block). precision: backward precision, "fp8" (all products in FP8) or
     "fp8-bf16grad" (dP, dQ, dK in BF16: the precision that trained within 1% of BF16 attention
-    in the pretraining example, at 1.16-1.38x fp8's forward+backward time; docs/results.md).
+    in the pretraining example, at 0.95-1.19x fp8's forward+backward time; docs/results.md).
     deterministic: bitwise reproducible backward.
     key_smoothing: "none", "first_key" (subtract each document's first key) or a float32
     (heads_kv, head_dim) tensor to subtract (treated as a constant).
