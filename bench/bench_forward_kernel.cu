@@ -1,11 +1,13 @@
 // Times the FP8 forward kernel alone (operands already quantized) on one packed workload.
 //   bench_forward_kernel --docs 2048,2048 --heads-q 16 --heads-kv 16 --head-dim 128 [--full]
-// Prints one JSON line: {"ms": median, "tflops": ...} (FLOPs: workloads.json's convention).
+// Prints one JSON line: {"ms": median, "tflops": ..., "output_hash": {"o", "lse", "stats"}} (FLOPs:
+// workloads.json's convention; the outputs' bytes hashed, to compare two builds bit for bit).
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 
 #include "bench_util.cuh"
 #include "kernels/forward/forward.h"
@@ -55,6 +57,13 @@ int main(int argc, char** argv) {
   args.scheduler_workspace = sched;
   const double ms = median_ms(kWarmupLaunches, w.iters, nullptr,
                               [&] { CHECK(flamia::launch_forward(args, nullptr)); });
-  print_timing_json(ms, flops, total);
+  char hashes[160];
+  std::snprintf(
+      hashes, sizeof(hashes),
+      "\"output_hash\": {\"o\": \"%016llx\", \"lse\": \"%016llx\", \"stats\": \"%016llx\"}",
+      (unsigned long long)device_bytes_hash(o, q_bytes * 2),
+      (unsigned long long)device_bytes_hash(lse, size_t(heads_q) * total * 4),
+      (unsigned long long)device_bytes_hash(stats, size_t(heads_q) * total * 8));
+  print_timing_json(ms, flops, total, hashes);
   return 0;
 }

@@ -58,8 +58,12 @@ __device__ void fill_tiles(ProbeStorage<kHeadDim>& smem) {
 // under P̂V̂(n-1) (FlashAttention-3's intra-warpgroup overlap). kPingpong: kOverlap, and the two
 // warpgroups take turns issuing their products (named barriers), so that one's softmax runs
 // under the other's products instead of beside the other's softmax.
-enum class Schedule : int { kSerial = 0, kOverlap = 1, kPingpong = 2 };
-constexpr const char* kScheduleNames[] = {"serial", "overlap", "pingpong"};
+// kSplitHalves: kSerial with S in two 64-key halves, each exponentiated as soon as it is
+// done (the first half's P̂ brought to the tile's final maxima when the second half moved them:
+// rescale_operand_rows), so that only half of S is ever live: what three consumer warpgroups
+// at head dim 128 need to fit their registers.
+enum class Schedule : int { kSerial = 0, kOverlap = 1, kPingpong = 2, kSplitHalves = 3 };
+constexpr const char* kScheduleNames[] = {"serial", "overlap", "pingpong", "split-halves"};
 constexpr int kTurnBarrier = 8;  // named barriers 8 and 9: warpgroup w waits on 8 + w
 
 template <int kHeadDim, Mode kMode>
@@ -75,6 +79,27 @@ __device__ __forceinline__ void softmax_to_probabilities(
   }
   if constexpr (kMode == Mode::kExpOnly) {
     for (int i = 0; i < kBlockN / 2; ++i) s[i] = flamia::ex2_approx(__fmul_rn(s[i], 0.0625f));
+  }
+}
+
+// The split schedule's first-half P̂ words brought to the maxima after the whole tile: row r's
+// probabilities times ratio[r] (a power of two, or 0), rounded to E4M3 again (the same bytes as
+// exponentiating with the final maxima, except below E4M3's normal range). Word 2h + r of k step
+// kk holds row r's columns (online_softmax.cuh, add_fallback_row_sums).
+template <int kKeys>
+__device__ __forceinline__ void rescale_operand_rows(uint32_t (&a)[kKeys / 32][4],
+                                                     const float (&ratio)[fwd::kRowsPerThread]) {
+  for (int r = 0; r < fwd::kRowsPerThread; ++r) {
+    if (ratio[r] == 1.0f) continue;
+    for (int kk = 0; kk < kKeys / 32; ++kk) {
+      for (int half = 0; half < 2; ++half) {
+        uint32_t& word = a[kk][2 * half + r];
+        const float2 lo = flamia::unpack_e4m3x2(uint16_t(word & 0xffffu));
+        const float2 hi = flamia::unpack_e4m3x2(uint16_t(word >> 16));
+        word =
+            flamia::pack_e4m3x4(lo.x * ratio[r], lo.y * ratio[r], hi.x * ratio[r], hi.y * ratio[r]);
+      }
+    }
   }
 }
 
@@ -109,7 +134,39 @@ __device__ void consumer_loop(ProbeStorage<kHeadDim>& smem, int consumer, int ti
     if constexpr (kSchedule == Schedule::kPingpong)
       hopper::named_barrier_arrive(kTurnBarrier + 1 - consumer, kTurnThreads);
   };
-  if constexpr (kSchedule == Schedule::kSerial) {
+  if constexpr (kSchedule == Schedule::kSplitHalves) {
+    constexpr int kHalfKeys = kBlockN / 2;
+    static_assert(kMode == Mode::kSoftmax, "the split schedule exists for the softmax");
+    const uint64_t desc_k_hi = hopper::make_smem_desc(
+        hopper::smem_addr(smem.k + kHalfKeys * kHeadDim), fwd::qk_swizzle<kHeadDim>());
+    const fwd::RowKeyRange rows[fwd::kRowsPerThread] = {{0, kHalfKeys}, {0, kHalfKeys}};
+    auto& a_lo = *reinterpret_cast<uint32_t(*)[kHalfKeys / 32][4]>(&a[0]);
+    auto& a_hi = *reinterpret_cast<uint32_t(*)[kHalfKeys / 32][4]>(&a[kHalfKeys / 32]);
+    for (int n = 0; n < tiles; ++n) {
+      float half[kHalfKeys / 2];
+      float ratio_lo[fwd::kRowsPerThread];
+      fwd::mma_scores<kHeadDim, kHalfKeys>(half, desc_q, desc_k);
+      hopper::warpgroup_wait<0>();
+      hopper::fence_registers(half);
+      fwd::softmax_scores_to_probabilities<kHalfKeys, fwd::KeyMask::kNone>(
+          half, state, ratio_lo, smem.factors, lane, 0, rows);
+      fwd::probabilities_to_operand<kHalfKeys>(half, a_lo);
+      fwd::mma_scores<kHeadDim, kHalfKeys>(half, desc_q, desc_k_hi);
+      hopper::warpgroup_wait<0>();
+      hopper::fence_registers(half);
+      fwd::softmax_scores_to_probabilities<kHalfKeys, fwd::KeyMask::kNone>(
+          half, state, ratio, smem.factors + kHalfKeys / 2, lane, 0, rows);
+      fwd::probabilities_to_operand<kHalfKeys>(half, a_hi);
+      rescale_operand_rows<kHalfKeys>(a_lo, ratio);
+      for (int r = 0; r < fwd::kRowsPerThread; ++r) ratio[r] *= ratio_lo[r];
+      fwd::rescale_output(acc, ratio);
+      for (int i = Tile::kOutRegisters; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
+      fwd::mma_output<kHeadDim>(acc, a, smem.vt);
+      hopper::warpgroup_wait<0>();
+      hopper::fence_registers(acc);
+      fwd::add_tile_row_sums<Tile::kOutRegisters>(state, acc, 1.0f);
+    }
+  } else if constexpr (kSchedule == Schedule::kSerial) {
     for (int n = 0; n < tiles; ++n) {
       fwd::mma_scores<kHeadDim, kBlockN>(s, desc_q, desc_k);
       hopper::warpgroup_wait<0>();
@@ -234,6 +291,8 @@ void run_head_dim(int tiles, float* sink) {
   run<kHeadDim, Mode::kExpOnly, Schedule::kSerial>("products+exp-only", kBoth, tiles, sink);
   run<kHeadDim, Mode::kProductsOnly, Schedule::kSerial, 3>("products", 3, tiles, sink);
   run<kHeadDim, Mode::kSoftmax, Schedule::kSerial, 3>("products+softmax", 3, tiles, sink);
+  run<kHeadDim, Mode::kSoftmax, Schedule::kSplitHalves>("products+softmax", kBoth, tiles, sink);
+  run<kHeadDim, Mode::kSoftmax, Schedule::kSplitHalves, 3>("products+softmax", 3, tiles, sink);
   if constexpr (kHeadDim ==
                 64)  // three consumers with the overlap fit only head dim 64's registers
     run<kHeadDim, Mode::kSoftmax, Schedule::kOverlap, 3>("products+softmax", 3, tiles, sink);

@@ -28,6 +28,7 @@ __device__ __forceinline__ void mma_scores(float (&s)[kBlockN / 2], uint64_t des
   for (int kk = 0; kk < kHeadDim / kMmaK; ++kk) {
     const uint64_t a = hopper::advance_desc(desc_q, kk * kMmaK);
     const uint64_t b = hopper::advance_desc(desc_k, kk * kMmaK);
+    if constexpr (kBlockN == 64) hopper::wgmma_fp8_ss_n64(s, a, b, kk > 0);
     if constexpr (kBlockN == 128) hopper::wgmma_fp8_ss_n128(s, a, b, kk > 0);
     if constexpr (kBlockN == 160) hopper::wgmma_fp8_ss_n160(s, a, b, kk > 0);
     if constexpr (kBlockN == 192) hopper::wgmma_fp8_ss_n192(s, a, b, kk > 0);
