@@ -134,6 +134,15 @@ __device__ void consumer_loop(ProbeStorage<kHeadDim>& smem, int consumer, int ti
     if constexpr (kSchedule == Schedule::kPingpong)
       hopper::named_barrier_arrive(kTurnBarrier + 1 - consumer, kTurnThreads);
   };
+  // The serial schedules' tile end: O to the tile's maxima, [O | l] += P̂·V̂, waited for.
+  auto output_product = [&] {
+    fwd::rescale_output(acc, ratio);
+    for (int i = Tile::kOutRegisters; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
+    fwd::mma_output<kHeadDim>(acc, a, smem.vt);
+    hopper::warpgroup_wait<0>();
+    hopper::fence_registers(acc);
+    fwd::add_tile_row_sums<Tile::kOutRegisters>(state, acc, 1.0f);
+  };
   if constexpr (kSchedule == Schedule::kSplitHalves) {
     constexpr int kHalfKeys = kBlockN / 2;
     static_assert(kMode == Mode::kSoftmax, "the split schedule exists for the softmax");
@@ -159,12 +168,7 @@ __device__ void consumer_loop(ProbeStorage<kHeadDim>& smem, int consumer, int ti
       fwd::probabilities_to_operand<kHalfKeys>(half, a_hi);
       rescale_operand_rows<kHalfKeys>(a_lo, ratio);
       for (int r = 0; r < fwd::kRowsPerThread; ++r) ratio[r] *= ratio_lo[r];
-      fwd::rescale_output(acc, ratio);
-      for (int i = Tile::kOutRegisters; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
-      fwd::mma_output<kHeadDim>(acc, a, smem.vt);
-      hopper::warpgroup_wait<0>();
-      hopper::fence_registers(acc);
-      fwd::add_tile_row_sums<Tile::kOutRegisters>(state, acc, 1.0f);
+      output_product();
     }
   } else if constexpr (kSchedule == Schedule::kSerial) {
     for (int n = 0; n < tiles; ++n) {
@@ -173,12 +177,7 @@ __device__ void consumer_loop(ProbeStorage<kHeadDim>& smem, int consumer, int ti
       hopper::fence_registers(s);
       softmax_to_probabilities<kHeadDim, kMode>(s, state, ratio, smem.factors, lane);
       fwd::probabilities_to_operand<kBlockN>(s, a);
-      fwd::rescale_output(acc, ratio);
-      for (int i = Tile::kOutRegisters; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
-      fwd::mma_output<kHeadDim>(acc, a, smem.vt);
-      hopper::warpgroup_wait<0>();
-      hopper::fence_registers(acc);
-      fwd::add_tile_row_sums<Tile::kOutRegisters>(state, acc, 1.0f);
+      output_product();
     }
   } else {
     if (kSchedule == Schedule::kPingpong && consumer == 1)
