@@ -10,8 +10,8 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "bench_util.cuh"
 #include "kernels/backward/backward.h"
@@ -102,12 +102,8 @@ int main(int argc, char** argv) {
   const double ms = median_ms(kWarmupLaunches, w.iters, nullptr,
                               [&] { CHECK(flamia::launch_backward(a, nullptr)); });
   // dK and dV are bitwise reproducible (no atomics); dQ only with --deterministic.
-  char hashes[160];
-  std::snprintf(hashes, sizeof(hashes),
-                "\"output_hash\": {\"dq\": \"%016llx\", \"dk\": \"%016llx\", \"dv\": \"%016llx\"}",
-                (unsigned long long)device_bytes_hash(dq, q_bytes * 2),
-                (unsigned long long)device_bytes_hash(dk, kv_bytes * 2),
-                (unsigned long long)device_bytes_hash(dv, kv_bytes * 2));
-  print_timing_json(ms, flops, total, hashes);
+  const std::string hashes = output_hashes_json(
+      {{"dq", dq, q_bytes * 2}, {"dk", dk, kv_bytes * 2}, {"dv", dv, kv_bytes * 2}});
+  print_timing_json(ms, flops, total, hashes.c_str());
   return 0;
 }

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstdio>
+#include <string>
 
 #include "bench_util.cuh"
 #include "kernels/forward/forward.h"
@@ -57,13 +57,9 @@ int main(int argc, char** argv) {
   args.scheduler_workspace = sched;
   const double ms = median_ms(kWarmupLaunches, w.iters, nullptr,
                               [&] { CHECK(flamia::launch_forward(args, nullptr)); });
-  char hashes[160];
-  std::snprintf(
-      hashes, sizeof(hashes),
-      "\"output_hash\": {\"o\": \"%016llx\", \"lse\": \"%016llx\", \"stats\": \"%016llx\"}",
-      (unsigned long long)device_bytes_hash(o, q_bytes * 2),
-      (unsigned long long)device_bytes_hash(lse, size_t(heads_q) * total * 4),
-      (unsigned long long)device_bytes_hash(stats, size_t(heads_q) * total * 8));
-  print_timing_json(ms, flops, total, hashes);
+  const std::string hashes = output_hashes_json({{"o", o, q_bytes * 2},
+                                                 {"lse", lse, size_t(heads_q) * total * 4},
+                                                 {"stats", stats, size_t(heads_q) * total * 8}});
+  print_timing_json(ms, flops, total, hashes.c_str());
   return 0;
 }

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <initializer_list>
+#include <string>
 #include <vector>
 
 #include "common/layout.h"
@@ -171,6 +173,25 @@ inline uint64_t device_bytes_hash(const void* device_data, size_t bytes) {
   uint64_t hash = 0xcbf29ce484222325ull;
   for (uint8_t b : host) hash = (hash ^ b) * 0x100000001b3ull;
   return hash;
+}
+
+// One output buffer of a kernel benchmark, for output_hashes_json.
+struct HashedOutput {
+  const char* name;
+  const void* device_data;
+  size_t bytes;
+};
+
+// "output_hash": {"name": "<16 hex digits>", ...}: the member print_timing_json adds.
+inline std::string output_hashes_json(std::initializer_list<HashedOutput> outputs) {
+  std::string json = "\"output_hash\": {";
+  for (const HashedOutput& out : outputs) {
+    char member[64];
+    std::snprintf(member, sizeof(member), "%s\"%s\": \"%016llx\"", json.back() == '{' ? "" : ", ",
+                  out.name, (unsigned long long)device_bytes_hash(out.device_data, out.bytes));
+    json += member;
+  }
+  return json + "}";
 }
 
 // The kernel benchmarks' one JSON line; `extra` (optional) adds members, e.g. the output hashes.
