@@ -11,7 +11,6 @@
 
 #include "common/fp8_numerics.h"
 #include "kernels/backward/backward_config.h"
-#include "kernels/backward/gradient_transpose.h"
 #include "kernels/backward/tile_factors.cuh"
 #include "kernels/common/softmax_numerics.cuh"
 
@@ -239,40 +238,30 @@ __device__ __forceinline__ void query_gradient_block_scales(QueryFactors& qf,
 }
 
 // Ĝ = e4m3(x_ij * 2^ekc_j * 2^-(gq_i + eq_i)) (= e4m3(dS_ij 2^ekc_j 2^-gq_i)) stored transposed
-// into the dQ A-operand tile g[query][key] (128-byte swizzled rows of the tile's 128 keys): one
-// 4-byte word (4 consecutive keys of one query) per thread and column group, after the byte
-// transpose of gradient_transpose.h (two shuffles, two byte permutes).
+// into the dQ A-operand tile g[query][key] (128-byte swizzled rows of the tile's 128 keys): the
+// 8-bit transpose through shared memory, one byte per store. (Session 10 tried a 4 x 4 byte
+// transpose across lanes before 4-byte stores; the merge that carried it measured head dim 64's
+// fp8 backward 3.4% slower, and this branch is the A/B of that one change.)
 __device__ __forceinline__ void store_query_gradient_operand(const float (&x)[kScoreRegisters],
                                                              const KeyRowFactors& key,
                                                              const QueryFactors& qf, int lane,
                                                              const int (&tile_row)[kRowsPerThread],
                                                              uint8_t* g) {
-  using Transpose = GradientWordTranspose;
-  constexpr uint32_t kFullMask = 0xffffffffu;
-  constexpr int kGroupQueries = 8;  // queries a column group advances
-  const int i = Transpose::row_in_quad(lane);
-  const uint32_t halves_selector = Transpose::halves_selector(i);
-  const uint32_t bytes_selector = Transpose::bytes_selector(i);
-  const int query0 = column_of_group(0, lane) + Transpose::query_offset(i);
-  const int key0 = tile_row[0] + Transpose::key_offset(i);
-  // Group n's word: query0 + 8 n, the same swizzle phase (8 rows), so 8 rows further.
-  uint8_t* const word0 = g + hopper::swizzled_offset<kBlockN>(query0, key0);
 #pragma unroll
   for (int group = 0; group < kScoreRegisters / kRegistersPerGroup; ++group) {
     const int col = column_of_group(group, lane);
     const float2 scale = column_pair(qf.dq_operand_scale, col);
     // Registers 4 group + {0, 1, 2, 3} = (row 0, col), (row 0, col + 1), (row 1, col),
-    // (row 1, col + 1): packed in that order.
+    // (row 1, col + 1); each pack converts two keys (rows r, r + 8) of two queries.
     const float* d = &x[kRegistersPerGroup * group];
-    const uint32_t own = pack_e4m3x4(__fmul_rn(__fmul_rn(d[0], key.centered_scale[0]), scale.x),
-                                     __fmul_rn(__fmul_rn(d[1], key.centered_scale[0]), scale.y),
-                                     __fmul_rn(__fmul_rn(d[2], key.centered_scale[1]), scale.x),
-                                     __fmul_rn(__fmul_rn(d[3], key.centered_scale[1]), scale.y));
-    const uint32_t halves = __byte_perm(
-        own, __shfl_xor_sync(kFullMask, own, Transpose::kStage1LaneXor), halves_selector);
-    const uint32_t word = __byte_perm(
-        halves, __shfl_xor_sync(kFullMask, halves, Transpose::kStage2LaneXor), bytes_selector);
-    *reinterpret_cast<uint32_t*>(word0 + group * kGroupQueries * kBlockN) = word;
+    const uint32_t bytes = pack_e4m3x4(__fmul_rn(__fmul_rn(d[0], key.centered_scale[0]), scale.x),
+                                       __fmul_rn(__fmul_rn(d[2], key.centered_scale[1]), scale.x),
+                                       __fmul_rn(__fmul_rn(d[1], key.centered_scale[0]), scale.y),
+                                       __fmul_rn(__fmul_rn(d[3], key.centered_scale[1]), scale.y));
+    g[hopper::swizzled_offset<kBlockN>(col, tile_row[0])] = uint8_t(bytes);
+    g[hopper::swizzled_offset<kBlockN>(col, tile_row[1])] = uint8_t(bytes >> 8);
+    g[hopper::swizzled_offset<kBlockN>(col + 1, tile_row[0])] = uint8_t(bytes >> 16);
+    g[hopper::swizzled_offset<kBlockN>(col + 1, tile_row[1])] = uint8_t(bytes >> 24);
   }
 }
 
