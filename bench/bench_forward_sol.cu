@@ -32,7 +32,21 @@ constexpr int kDefaultTiles = 4000;
 constexpr int kMaxWarpgroups = 3;  // consumer warpgroups of the largest configuration
 
 // kExpOnly: only exp2 of every score between the products (the MUFU alone).
-enum class Mode : int { kProductsOnly = 0, kSoftmax = 1, kExpOnly = 2 };
+// kSoftmaxPolynomialN: kSoftmax with every Nth column group exponentiated by exp2_polynomial.
+enum class Mode : int {
+  kProductsOnly = 0,
+  kSoftmax = 1,
+  kExpOnly = 2,
+  kSoftmaxPolynomial2 = 3,
+  kSoftmaxPolynomial4 = 4,
+  kSoftmaxPolynomial8 = 5
+};
+constexpr int polynomial_every(Mode mode) {
+  return mode == Mode::kSoftmaxPolynomial2   ? 2
+         : mode == Mode::kSoftmaxPolynomial4 ? 4
+         : mode == Mode::kSoftmaxPolynomial8 ? 8
+                                             : 0;
+}
 
 template <int kHeadDim>
 struct ProbeStorage {
@@ -73,9 +87,9 @@ __device__ __forceinline__ void softmax_to_probabilities(
   constexpr int kBlockN = fwd::ForwardTile<kHeadDim>::kBlockN;
   const fwd::RowKeyRange rows[fwd::kRowsPerThread] = {{0, kBlockN}, {0, kBlockN}};
   ratio[0] = ratio[1] = 1.0f;
-  if constexpr (kMode == Mode::kSoftmax) {
-    fwd::softmax_scores_to_probabilities<kBlockN, fwd::KeyMask::kNone>(s, state, ratio, factors,
-                                                                       lane, 0, rows);
+  if constexpr (kMode == Mode::kSoftmax || polynomial_every(kMode) > 0) {
+    fwd::softmax_scores_to_probabilities<kBlockN, fwd::KeyMask::kNone, polynomial_every(kMode)>(
+        s, state, ratio, factors, lane, 0, rows);
   }
   if constexpr (kMode == Mode::kExpOnly) {
     for (int i = 0; i < kBlockN / 2; ++i) s[i] = flamia::ex2_approx(__fmul_rn(s[i], 0.0625f));
@@ -295,6 +309,21 @@ void run_head_dim(int tiles, float* sink) {
   if constexpr (kHeadDim ==
                 64)  // three consumers with the overlap fit only head dim 64's registers
     run<kHeadDim, Mode::kSoftmax, Schedule::kOverlap, 3>("products+softmax", 3, tiles, sink);
+  // a share of the exponentials on the FMA pipe (exp2_polynomial)
+  run<kHeadDim, Mode::kSoftmaxPolynomial2>("products+softmax-poly1/2", kBoth, tiles, sink);
+  run<kHeadDim, Mode::kSoftmaxPolynomial4>("products+softmax-poly1/4", kBoth, tiles, sink);
+  run<kHeadDim, Mode::kSoftmaxPolynomial8>("products+softmax-poly1/8", kBoth, tiles, sink);
+  run<kHeadDim, Mode::kSoftmaxPolynomial4, Schedule::kOverlap>("products+softmax-poly1/4", kBoth,
+                                                               tiles, sink);
+  run<kHeadDim, Mode::kSoftmaxPolynomial4, Schedule::kPingpong>("products+softmax-poly1/4", kBoth,
+                                                                tiles, sink);
+  run<kHeadDim, Mode::kSoftmaxPolynomial2, Schedule::kSerial, 3>("products+softmax-poly1/2", 3,
+                                                                 tiles, sink);
+  run<kHeadDim, Mode::kSoftmaxPolynomial4, Schedule::kSerial, 3>("products+softmax-poly1/4", 3,
+                                                                 tiles, sink);
+  if constexpr (kHeadDim == 64)
+    run<kHeadDim, Mode::kSoftmaxPolynomial4, Schedule::kOverlap, 3>("products+softmax-poly1/4", 3,
+                                                                    tiles, sink);
 }
 
 }  // namespace

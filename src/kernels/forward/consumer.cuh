@@ -118,15 +118,15 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
     if (n == w.geo.n_tiles - 1) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
     const KeyPairFactors* factors = smem.factors[stage];
     const int first_key_local = w.geo.k_tile_base + n * kBlockN - w.geo.k_start;
-    if constexpr (kSegment) {
+    if constexpr (kSegment) {  // all on the MUFU: a column's place here depends on the packing
       softmax_scores_to_probabilities<kBlockN, KeyMask::kRowRange>(s, state, ratio, factors, lane,
                                                                    first_key_local, row_keys);
     } else if (n >= w.geo.causal_from) {
-      softmax_scores_to_probabilities<kBlockN, KeyMask::kCausal>(s, state, ratio, factors, lane,
-                                                                 first_key_local, row_keys);
+      softmax_scores_to_probabilities<kBlockN, KeyMask::kCausal, Tile::kPolynomialExpEvery>(
+          s, state, ratio, factors, lane, first_key_local, row_keys);
     } else {
-      softmax_scores_to_probabilities<kBlockN, KeyMask::kNone>(s, state, ratio, factors, lane,
-                                                               first_key_local, row_keys);
+      softmax_scores_to_probabilities<kBlockN, KeyMask::kNone, Tile::kPolynomialExpEvery>(
+          s, state, ratio, factors, lane, first_key_local, row_keys);
     }
     probabilities_to_operand<kBlockN>(s, a);
     const int reference = first_key_local < 0 ? -first_key_local : 0;  // first document key

@@ -42,6 +42,11 @@ struct ForwardTile {
   // barriers); bounded by registers (S is kBlockN / 2 per thread) and shared memory.
   // (160/192-key tiles spilled with the current register budgets; 128 for both head dims.)
   static constexpr int kBlockN = 128;
+  // Every kPolynomialExpEvery-th group of 8 key columns is exponentiated on the FMA pipe
+  // (exp2_polynomial) instead of the MUFU, whose 8 cycles per warp instruction match the tensor
+  // cores' time per score at head dim 128 (bench_forward_sol, two consumers: 614 -> 713 TFLOP/s
+  // with a quarter of the columns). Head dim 64's three consumers lose with it (471 -> 444).
+  static constexpr int kPolynomialExpEvery = kHeadDim == 128 ? 4 : 0;
   // K̂/V̂ᵀ ring depth (shared memory: K̂ + V̂ᵀ = 32 KB per stage at D=128, 16 KB at D=64).
   static constexpr int kStages = kHeadDim == 128 ? 3 : 4;
   static constexpr int kQBuffers = 2;  // the next work item's Q̂ loads while this one runs

@@ -46,7 +46,13 @@ enum class KeyMask { kNone, kCausal, kRowRange };
 // (session 8). Per row, because loading the factors again per row costs fewer registers than
 // keeping both rows' chains over one load (three consumers at head dim 64 fit only this way).
 // `keys`: the row's visible keys relative to k_start (kCausal reads only `last`).
-template <int kBlockN, KeyMask kMask, int kRow>
+// Column group c (8 keys) of a tile takes exp2_polynomial instead of the MUFU when every > 0 and
+// c % every == every - 1.
+__host__ __device__ constexpr bool uses_exp2_polynomial(int c, int every) {
+  return every > 0 && c % every == every - 1;
+}
+
+template <int kBlockN, KeyMask kMask, int kRow, int kPolynomialEvery = 0>
 __device__ __forceinline__ void softmax_row(float (&s)[kBlockN / 2], RowState& state, float& ratio,
                                             const KeyPairFactors* factors, int lane,
                                             int first_key_local, const RowKeyRange& keys) {
@@ -92,21 +98,26 @@ __device__ __forceinline__ void softmax_row(float (&s)[kBlockN / 2], RowState& s
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       const int i = 4 * c + 2 * kRow + h;
-      s[i] = unnormalized_probability(s[i], offset);
+      if (uses_exp2_polynomial(c, kPolynomialEvery))
+        s[i] = unnormalized_probability_polynomial(s[i], offset);
+      else
+        s[i] = unnormalized_probability(s[i], offset);
     }
   }
 }
 
 // Scores of a key tile -> probabilities p (in place), both rows of the thread; `ratio`: each
 // row's old/new maximum ratio for the O accumulator. `rows`: each row's visible keys.
-template <int kBlockN, KeyMask kMask>
+template <int kBlockN, KeyMask kMask, int kPolynomialEvery = 0>
 __device__ __forceinline__ void softmax_scores_to_probabilities(
     float (&s)[kBlockN / 2], RowState& state, float (&ratio)[kRowsPerThread],
     const KeyPairFactors* factors, int lane, int first_key_local,
     const RowKeyRange (&rows)[kRowsPerThread]) {
   static_assert(kRowsPerThread == 2, "rows 0 and 1");
-  softmax_row<kBlockN, kMask, 0>(s, state, ratio[0], factors, lane, first_key_local, rows[0]);
-  softmax_row<kBlockN, kMask, 1>(s, state, ratio[1], factors, lane, first_key_local, rows[1]);
+  softmax_row<kBlockN, kMask, 0, kPolynomialEvery>(s, state, ratio[0], factors, lane,
+                                                   first_key_local, rows[0]);
+  softmax_row<kBlockN, kMask, 1, kPolynomialEvery>(s, state, ratio[1], factors, lane,
+                                                   first_key_local, rows[1]);
 }
 
 template <int kRegisters>
