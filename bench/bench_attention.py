@@ -9,7 +9,9 @@ document has the same length -- plus the FlashAttention-3 anchors of bench/ancho
 (measured on this H200 model; counted when faster than this run's best). Where the
 nvidia-cudnn-frontend wheel was carried (scripts/fetch-baseline-wheels), cuDNN's FP8 forward
 kernel on equal-length MHA workloads too, under "fp8_baselines" (not a BF16 baseline). Accuracy against the
-CPU reference of the contract comes from `flamia accuracy` on two query heads.
+CPU reference of the contract comes from `flamia accuracy` on two query heads. Times are
+medians of calls queued back to back (median_ms), the same for flamia and every baseline;
+flamia's per-call times on an idle GPU (its host time included) are reported beside them.
 
     FLAMIA_LIBRARY=build/libflamia.so PYTHONPATH=python python3 bench/bench_attention.py \
         --json OUT.json [--workloads equal-2k,uniform] [--no-accuracy]
@@ -36,20 +38,27 @@ def forward_flops(doc_lens, heads_q, head_dim, causal=True):
     return sum(4 * L * L * head_dim * heads_q * (0.5 if causal else 1.0) for L in doc_lens)
 
 
-def median_ms(fn, warmup=3, reps=15):
-    """Median time of fn() in ms, with CUDA events."""
+def median_ms(fn, warmup=3, reps=15, per_call=False):
+    """Median time of fn() in ms, with CUDA events around each call. By default the calls are
+    queued back to back (one synchronisation at the end, as in triton's do_bench and in a
+    training step, where the host prepares a call while the GPU runs the previous one): a call
+    whose host work outlasts the GPU's still shows it as idle GPU time inside its events.
+    per_call=True synchronises after every call, so each includes the host time before its
+    first kernel (the figure of a call made on an idle GPU)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
+    events = []
     for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
         fn()
         end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    times.sort()
+        if per_call:
+            end.synchronize()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    times = sorted(start.elapsed_time(end) for start, end in events)
     return times[len(times) // 2]
 
 
@@ -68,9 +77,9 @@ def make_inputs(w, seed=0):
     return q, k, v, d_o, cu.cuda(), max(w["doc_lens"])
 
 
-def time_pair(run):
+def time_pair(run, per_call=False):
     """(fwd_ms, fwdbwd_ms) of run(requires_grad) -> (out, inputs)."""
-    fwd = median_ms(lambda: run(False)[0])
+    fwd = median_ms(lambda: run(False)[0], per_call=per_call)
 
     def step():
         out, inputs, d_o = run(True)
@@ -78,14 +87,14 @@ def time_pair(run):
         for t in inputs:
             t.grad = None
 
-    return fwd, median_ms(step)
+    return fwd, median_ms(step, per_call=per_call)
 
 
 def with_grad(tensors, requires_grad):
     return [t.detach().requires_grad_(requires_grad) for t in tensors]
 
 
-def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, **options):
+def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, per_call=False, **options):
     import flamia
 
     def run(grad):
@@ -94,7 +103,7 @@ def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, **options):
                                       scale_mode=scale_mode, **options)
         return out, (qq, kk, vv), d_o
 
-    return time_pair(run)
+    return time_pair(run, per_call)
 
 
 def bench_fa2_varlen(q, k, v, d_o, cu, max_len):
@@ -258,6 +267,9 @@ def main():
                "head_dim": w["head_dim"], "fwd_flops": flops}
         f_fwd, f_fb = bench_flamia(q, k, v, d_o, cu, max_len, opts.scale_mode)
         rec["flamia_fwd_ms"], rec["flamia_fwdbwd_ms"] = f_fwd, f_fb
+        # each call on an idle GPU (host time before the first kernel included)
+        rec["flamia_fwd_per_call_ms"], rec["flamia_fwdbwd_per_call_ms"] = bench_flamia(
+            q, k, v, d_o, cu, max_len, opts.scale_mode, per_call=True)
         # the backward's options, fwd+bwd ms (issue: report the cost of each)
         rec["flamia_options_fwdbwd_ms"] = {
             "fp8-bf16grad": bench_flamia(q, k, v, d_o, cu, max_len, opts.scale_mode,

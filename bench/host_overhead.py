@@ -52,8 +52,9 @@ def main():
             o = flamia.attn_varlen_func(qg, kg, vg, cu, cu, max_len, max_len, causal=True)
             o.backward(d_o)
 
-        out[name] = {"fwd_per_call_ms": ba.median_ms(fwd), "fwd_amortized_ms": amortized_ms(fwd),
-                     "fwdbwd_per_call_ms": ba.median_ms(fwdbwd),
+        out[name] = {"fwd_per_call_ms": ba.median_ms(fwd, per_call=True),
+                     "fwd_amortized_ms": amortized_ms(fwd),
+                     "fwdbwd_per_call_ms": ba.median_ms(fwdbwd, per_call=True),
                      "fwdbwd_amortized_ms": amortized_ms(fwdbwd, calls=5)}
         print(name, {k2: round(v2, 3) for k2, v2 in out[name].items()}, flush=True)
     Path(opts.json).write_text(json.dumps(out, indent=1))
