@@ -47,13 +47,18 @@ Evaluated evaluate(const std::vector<float>& x) {
   return {d_p.download(), d_pe.download(), d_ae.download()};
 }
 
+// `count` exponents drawn uniformly from [lo, hi) (a fixed seed).
+std::vector<float> random_exponents(int count, float lo, float hi, unsigned seed) {
+  std::vector<float> x(count);
+  std::srand(seed);
+  for (float& v : x) v = lo + (hi - lo) * float(std::rand()) / float(RAND_MAX);
+  return x;
+}
+
 TEST(Exp2Polynomial, RelativeErrorAgainstDouble) {
   FLAMIA_REQUIRE_SM90();
-  // every FP32 step of one unit interval's worth of fractions, over the softmax's range
-  std::vector<float> x;
-  std::srand(7);
-  for (int i = 0; i < (1 << 20); ++i)
-    x.push_back(-16.0f + 24.0f * float(std::rand()) / float(RAND_MAX));
+  // the softmax's range, and every integer in it
+  std::vector<float> x = random_exponents(1 << 20, -16.0f, 8.0f, 7);
   for (int n = -16; n <= 8; ++n) x.push_back(float(n));
   const Evaluated e = evaluate(x);
   double worst = 0.0;
@@ -71,10 +76,7 @@ TEST(Exp2Polynomial, RelativeErrorAgainstDouble) {
 // midpoint: at most a few per million normal-range values, and then by one E4M3 step.
 TEST(Exp2Polynomial, E4m3ValuesMatchEx2Approx) {
   FLAMIA_REQUIRE_SM90();
-  std::vector<float> x;
-  std::srand(11);
-  for (int i = 0; i < (1 << 22); ++i)
-    x.push_back(-10.0f + 18.0f * float(std::rand()) / float(RAND_MAX));
+  const std::vector<float> x = random_exponents(1 << 22, -10.0f, 8.0f, 11);
   const Evaluated e = evaluate(x);
   size_t normal = 0, differ = 0, far = 0;
   for (size_t i = 0; i < x.size(); ++i) {
