@@ -240,8 +240,8 @@ __device__ __forceinline__ void query_gradient_block_scales(QueryFactors& qf,
 // Ĝ = e4m3(x_ij * 2^ekc_j * 2^-(gq_i + eq_i)) (= e4m3(dS_ij 2^ekc_j 2^-gq_i)) stored transposed
 // into the dQ A-operand tile g[query][key] (128-byte swizzled rows of the tile's 128 keys): the
 // 8-bit transpose through shared memory, one byte per store. (Session 10 tried a 4 x 4 byte
-// transpose across lanes before 4-byte stores; the merge that carried it measured head dim 64's
-// fp8 backward 3.4% slower, and this branch is the A/B of that one change.)
+// transpose across lanes before 4-byte stores: its chain of two shuffles before the stores made
+// the fp8 backward 3-5% slower than these independent byte stores, A/B of session 12.)
 __device__ __forceinline__ void store_query_gradient_operand(const float (&x)[kScoreRegisters],
                                                              const KeyRowFactors& key,
                                                              const QueryFactors& qf, int lane,
