@@ -166,13 +166,22 @@ inline double median_ms(int warmup, int repeats, cudaStream_t stream,
 }
 
 // FNV-1a over a device buffer's bytes (after the timed launches): two builds that must agree
-// bit for bit print the same value.
-inline uint64_t device_bytes_hash(const void* device_data, size_t bytes) {
+// bit for bit print the same value. A buffer of zero bytes only is printed as "all-zero"
+// instead: equal zeros prove nothing about two builds (the backward benchmark's inputs once
+// rounded every P̂ to 0, and its gradient hashes compared zeros).
+inline std::string device_bytes_hash(const void* device_data, size_t bytes) {
   std::vector<uint8_t> host(bytes);
   CHECK(cudaMemcpy(host.data(), device_data, bytes, cudaMemcpyDeviceToHost));
   uint64_t hash = 0xcbf29ce484222325ull;
-  for (uint8_t b : host) hash = (hash ^ b) * 0x100000001b3ull;
-  return hash;
+  uint8_t any = 0;
+  for (uint8_t b : host) {
+    hash = (hash ^ b) * 0x100000001b3ull;
+    any |= b;
+  }
+  if (any == 0) return "all-zero";
+  char hex[17];
+  std::snprintf(hex, sizeof(hex), "%016llx", (unsigned long long)hash);
+  return hex;
 }
 
 // One output buffer of a kernel benchmark, for output_hashes_json.
@@ -186,10 +195,8 @@ struct HashedOutput {
 inline std::string output_hashes_json(std::initializer_list<HashedOutput> outputs) {
   std::string json = "\"output_hash\": {";
   for (const HashedOutput& out : outputs) {
-    char member[64];
-    std::snprintf(member, sizeof(member), "%s\"%s\": \"%016llx\"", json.back() == '{' ? "" : ", ",
-                  out.name, (unsigned long long)device_bytes_hash(out.device_data, out.bytes));
-    json += member;
+    json += std::string(json.back() == '{' ? "" : ", ") + "\"" + out.name + "\": \"" +
+            device_bytes_hash(out.device_data, out.bytes) + "\"";
   }
   return json + "}";
 }
