@@ -38,6 +38,12 @@ __device__ __forceinline__ float power_of_two_ratio(float old_max, float new_max
 // (segments of packed documents: the row's document, causal or not).
 enum class KeyMask { kNone, kCausal, kRowRange };
 
+// Column group c (8 keys) of a tile takes exp2_polynomial instead of the MUFU when every > 0 and
+// c % every == every - 1.
+__host__ __device__ constexpr bool uses_exp2_polynomial(int c, int every) {
+  return every > 0 && c % every == every - 1;
+}
+
 // One accumulator row of the thread over a key tile: scores -> t, the new integer row maximum
 // (l rescaled here; `ratio`, old/new, rescales the O accumulator in the caller once the MMA in
 // flight on it has completed), then t -> p = exp2(t - M + 8) in place. No branch splits a
@@ -46,12 +52,7 @@ enum class KeyMask { kNone, kCausal, kRowRange };
 // (session 8). Per row, because loading the factors again per row costs fewer registers than
 // keeping both rows' chains over one load (three consumers at head dim 64 fit only this way).
 // `keys`: the row's visible keys relative to k_start (kCausal reads only `last`).
-// Column group c (8 keys) of a tile takes exp2_polynomial instead of the MUFU when every > 0 and
-// c % every == every - 1.
-__host__ __device__ constexpr bool uses_exp2_polynomial(int c, int every) {
-  return every > 0 && c % every == every - 1;
-}
-
+// kPolynomialEvery: which column groups take exp2_polynomial (uses_exp2_polynomial; 0: none).
 template <int kBlockN, KeyMask kMask, int kRow, int kPolynomialEvery = 0>
 __device__ __forceinline__ void softmax_row(float (&s)[kBlockN / 2], RowState& state, float& ratio,
                                             const KeyPairFactors* factors, int lane,
