@@ -22,6 +22,7 @@
 
 #include "bench_util.cuh"
 #include "common/layout.h"
+#include "kernels/quantize/element_convert.cuh"
 #include "kernels/quantize/quantize.h"
 
 namespace {
@@ -52,6 +53,70 @@ __global__ void fill_stats(float* x, size_t rows) {
     x[2 * i] = float(i % 7);
     x[2 * i + 1] = 1.0f + float(i % 4093);
   }
+}
+
+// Speed-of-light probes of one row-major job's traffic (BF16 [token][head][128] -> FP8, a fixed
+// factor instead of scales), with the quantize kernel's tile (128 tokens x one head, 256
+// threads, a thread's 4 tokens x 16 channels): kStaged copies the tile into shared memory with
+// cp.async and converts after one barrier (the quantize kernel's structure without its amax
+// and exponent phases); otherwise each thread holds kTokens tokens' loads in registers.
+constexpr int kSolHeadDim = 128;
+constexpr int kSolThreads = 256;
+constexpr int kSolTileTokens = 128;
+
+template <bool kStaged, int kTokens>
+__global__ void __launch_bounds__(kSolThreads) sol_convert_kernel(const uint16_t* x, uint8_t* out,
+                                                                 int tokens, int heads) {
+  using namespace flamia::quantize;
+  constexpr int kVectors = kTokens * kChunkVectors;
+  __shared__ uint4 stage[kStaged ? kVectors : 1][kSolThreads];
+  const int tid = threadIdx.x;
+  const int chunk = tid % 32 / 4;
+  const int first = blockIdx.x * kSolTileTokens * kTokens / 4 + (tid / 32 * 4 + tid % 4) * kTokens;
+  const int head = blockIdx.y;
+  uint4 v[kVectors];
+#pragma unroll
+  for (int j = 0; j < kTokens; ++j) {
+    const int token = first + j;
+    const bool ok = token < tokens;
+    const uint4* p = reinterpret_cast<const uint4*>(
+        x + (int64_t(ok ? token : 0) * heads + head) * kSolHeadDim + chunk * kChunkChannels);
+#pragma unroll
+    for (int h = 0; h < kChunkVectors; ++h) {
+      if constexpr (kStaged) {
+        const uint32_t dst = uint32_t(__cvta_generic_to_shared(&stage[j * kChunkVectors + h][tid]));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(p + h),
+                     "r"(ok ? 16 : 0));
+      } else {
+        v[j * kChunkVectors + h] = __ldg(p + h);
+      }
+    }
+  }
+  if constexpr (kStaged) {
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kVectors; ++i) v[i] = stage[i][tid];
+  }
+#pragma unroll
+  for (int j = 0; j < kTokens; ++j) {
+    const int token = first + j;
+    if (token >= tokens) continue;
+    float f[kChunkChannels];
+    unpack_chunk(Bf16Chunk{{v[j * kChunkVectors], v[j * kChunkVectors + 1]}}, f);
+    uint32_t codes[kCodeWords];
+    encode_chunk(f, 0.5f, codes);
+    *reinterpret_cast<uint4*>(out + (int64_t(token) * heads + head) * kSolHeadDim +
+                              chunk * kChunkChannels) = make_uint4(codes[0], codes[1], codes[2],
+                                                                   codes[3]);
+  }
+}
+
+template <bool kStaged, int kTokens>
+void launch_sol(const uint16_t* x, uint8_t* out, int tokens, int heads, cudaStream_t stream) {
+  const int tile = kSolTileTokens * kTokens / 4;
+  const dim3 grid(unsigned((tokens + tile - 1) / tile), unsigned(heads));
+  sol_convert_kernel<kStaged, kTokens><<<grid, kSolThreads, 0, stream>>>(x, out, tokens, heads);
 }
 
 struct Options {
@@ -271,6 +336,20 @@ int main(int argc, char** argv) {
                       out.d_o_scaled_t = bwd.out.d_o_scaled_t;
                       out.delta = bwd.out.delta;
                     });
+
+  // ---- speed-of-light probes of the Q job's traffic (head dim 128 only) ----
+  if (d == kSolHeadDim) {
+    uint8_t* sol_out = fwd.out.q.values;
+    const double bytes = q_in + row_major_bytes(t, hq, d);
+    auto time_sol = [&](const char* name, auto launch) {
+      jobs.push_back({name, {bytes, bench::median_ms(o.warmup, o.repeats, stream, [&] {
+                               launch(q, sol_out, t, hq, stream);
+                             })}});
+    };
+    time_sol("sol_staged4", launch_sol<true, 4>);
+    time_sol("sol_regs4", launch_sol<false, 4>);
+    time_sol("sol_regs8", launch_sol<false, 8>);
+  }
 
   // ---- device-to-device copy of about 1 GiB, same run ----
   const size_t copy_bytes = q_elems * sizeof(uint16_t);
