@@ -1,7 +1,7 @@
 // The quantize kernel: one CTA per (tile of kTileTokens tokens, head) of one tensor.
 //
-//  1. start the tile's BF16 loads (and O's, for delta) as asynchronous copies into a per-thread
-//     area of shared memory: every later step overlaps them, and no registers hold them;
+//  1. load the tile's BF16 values (and O's, for delta) into registers and store them into a
+//     per-thread area of shared memory, where they wait for the later steps;
 //  2. documents (only when something is document-local): the cooperative search for the
 //     tile's first document, a cached slice of cu_seqlens, each token's document bounds;
 //  3. per copy, per-token amax of the transformed values (lane shuffles within the warp that
@@ -17,7 +17,6 @@
 
 #include "common/fp8_numerics.h"
 #include "common/views.h"
-#include "kernels/quantize/async_copy.cuh"
 #include "kernels/quantize/document_lookup.cuh"
 #include "kernels/quantize/element_convert.cuh"
 #include "kernels/quantize/layout_writers.cuh"
@@ -37,15 +36,15 @@ struct SumOp {
 
 // kGradient: the dO job (dÔ, dO/l, delta), which also stages O. Others: Q, K, V.
 //
-// Register budgets (per thread, checked spill-free with -Xptxas -v): the input tile lives in
-// shared memory, so registers hold only one phase's working set, and shared memory rather than
-// registers bounds the CTAs per SM: 4 at head dim 128 (64 registers, 53 KB), 2 at 256, 6 at
-// 64. The gradient kernel's IEEE division keeps a slow-path call whose saved registers need
-// 128; its shared memory (O is staged too) allows 2 CTAs per SM at head dim 128 anyway.
+// Register budgets (per thread, checked spill-free with -Xptxas -v): a thread holds its tile
+// loads (8 16-byte vectors per slice, 16 for O and dO) in registers until they are stored to
+// shared memory. Shared memory bounds the CTAs per SM at head dims 256 (2, or 1 with O) and
+// 128 with O (2); at 128 the budget of 80 gives 3 CTAs per SM (at 64 registers, 4, ptxas
+// spilled a token index held across the kernel), at 64 it gives 6.
 template <int kHeadDim, bool kGradient>
 constexpr int min_blocks_per_sm() {
   constexpr int kRegistersPerSm = 65536;
-  constexpr int kBudget = kGradient ? 128 : (kHeadDim == 128 ? 64 : 80);
+  constexpr int kBudget = kHeadDim == 256 ? (kGradient ? 255 : 128) : (kGradient ? 128 : 80);
   return kRegistersPerSm / kBudget / TileGeometry<kHeadDim>::kThreads;
 }
 
@@ -88,28 +87,47 @@ struct RegisterChunk {
   __device__ __forceinline__ Bf16Chunk operator()(int) const { return chunk; }
 };
 
-// Starts the copies of the thread's token chunks of `src` into its own vectors (zeros for
-// tokens past the end).
+// The thread's token chunks of one tensor, in registers between their loads and their store
+// into the thread's own shared-memory vectors. Loads into registers, not cp.async into shared
+// memory: bench_quantize's probes of this tile move the Q job's bytes at 91% of the copy rate
+// that way, and at 64% with cp.async (the rate the kernel had with it).
 template <int kHeadDim>
-__device__ __forceinline__ void load_own_chunks(const TensorSource& src, const QuadTokens& set,
-                                                const TileGeometry<kHeadDim>& g, int head,
-                                                uint4 (*vectors)[TileGeometry<kHeadDim>::kThreads],
-                                                int tid) {
+struct OwnLoads {
+  static constexpr int kVectors = TileGeometry<kHeadDim>::kSlices * kQuadTokens * kChunkVectors;
+  uint4 v[kVectors];
+};
+
+// Loads the thread's token chunks of `src` (zeros for tokens past the end).
+template <int kHeadDim>
+__device__ __forceinline__ OwnLoads<kHeadDim> load_own_chunks(const TensorSource& src,
+                                                              const QuadTokens& set,
+                                                              const TileGeometry<kHeadDim>& g,
+                                                              int head) {
+  OwnLoads<kHeadDim> loads;
 #pragma unroll
   for (int n = 0; n < TileGeometry<kHeadDim>::kSlices; ++n) {
 #pragma unroll
     for (int j = 0; j < kQuadTokens; ++j) {
       const bool valid = set.valid(j);
-      const uint16_t* row = valid
-                                ? src.data + int64_t(set.token(j)) * src.token_stride +
-                                      int64_t(head) * src.head_stride + g.chunk(n) * kChunkChannels
-                                : src.data;
+      const uint4* row = reinterpret_cast<const uint4*>(
+          src.data + int64_t(valid ? set.token(j) : 0) * src.token_stride +
+          int64_t(head) * src.head_stride + g.chunk(n) * kChunkChannels);
 #pragma unroll
       for (int h = 0; h < kChunkVectors; ++h)
-        async_copy_16(&vectors[(n * kQuadTokens + j) * kChunkVectors + h][tid],
-                      row + h * kBf16PerVector, valid);
+        loads.v[(n * kQuadTokens + j) * kChunkVectors + h] =
+            valid ? __ldg(row + h) : make_uint4(0u, 0u, 0u, 0u);
     }
   }
+  return loads;
+}
+
+// Stores the loads into the thread's own vectors (only this thread reads them).
+template <int kHeadDim>
+__device__ __forceinline__ void park_own_chunks(const OwnLoads<kHeadDim>& loads,
+                                                uint4 (*vectors)[TileGeometry<kHeadDim>::kThreads],
+                                                int tid) {
+#pragma unroll
+  for (int i = 0; i < OwnLoads<kHeadDim>::kVectors; ++i) vectors[i][tid] = loads.v[i];
 }
 
 // Dots q . m of the thread's tokens (m per §4.1) -> shared per-token sums.
@@ -207,7 +225,6 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
                                   min_blocks_per_sm<kHeadDim, kGradient>())
     quantize_tensor_kernel(const __grid_constant__ TensorJob job) {
   using Geometry = TileGeometry<kHeadDim>;
-  if (job.device_status != nullptr && *job.device_status != kDeviceStatusOk) return;
 
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   auto& s = *reinterpret_cast<QuantizeShared<kHeadDim, kGradient>*>(dynamic_smem);
@@ -222,11 +239,19 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   const QuadTokens set{tile_begin, tokens, g.group * kPermutationGroup, g.quad, s.doc_begin};
 
   // ---- 1. loads ----------------------------------------------------------------------------
-  load_own_chunks(job.x, set, g, head, s.input, tid);
+  const OwnLoads<kHeadDim> x_loads = load_own_chunks(job.x, set, g, head);
+  [[maybe_unused]] OwnLoads<kHeadDim> o_loads;  // O (delta)
   if constexpr (kGradient) {
-    if (job.delta.out != nullptr) load_own_chunks(job.delta.o, set, g, head, s.o_input, tid);
+    if (job.delta.out != nullptr) o_loads = load_own_chunks(job.delta.o, set, g, head);
   }
-  async_copy_commit();
+  park_own_chunks(x_loads, s.input, tid);
+  if constexpr (kGradient) {
+    if (job.delta.out != nullptr) park_own_chunks(o_loads, s.o_input, tid);
+  }
+  // A failed check earlier in this call (device_status) stops the kernel. It is read after the
+  // tile's loads are issued: as the kernel's first step its round trip delayed every CTA's
+  // loads. (Every address above lies inside the tensors whatever cu_seqlens holds.)
+  const bool stopped = job.device_status != nullptr && *job.device_status != kDeviceStatusOk;
   for (int i = tid; i < kMaxCopies * kWindowTokens; i += Geometry::kThreads)
     (&s.amax[0][0])[i] = 0u;
 
@@ -241,6 +266,7 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
       s.doc_index[i] = doc.index;
     }
   }
+  if (stopped) return;
   __syncthreads();
 
   // The window: the tile plus the outside parts of the blocks that straddle its ends (those
@@ -261,7 +287,6 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   }
 
   // ---- 3. per-token amax --------------------------------------------------------------------
-  async_copy_wait_all();  // the thread's own vectors: only it reads them
 #pragma unroll 1
   for (int k = 0; k < job.num_copies; ++k) {
     const Transform transform = job.copy[k].transform;
