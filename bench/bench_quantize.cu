@@ -65,8 +65,8 @@ constexpr int kSolThreads = 256;
 constexpr int kSolTileTokens = 128;
 
 template <bool kStaged, int kTokens>
-__global__ void __launch_bounds__(kSolThreads) sol_convert_kernel(const uint16_t* x, uint8_t* out,
-                                                                 int tokens, int heads) {
+__global__ void __launch_bounds__(kSolThreads)
+    sol_convert_kernel(const uint16_t* x, uint8_t* out, int tokens, int heads) {
   using namespace flamia::quantize;
   constexpr int kVectors = kTokens * kChunkVectors;
   __shared__ uint4 stage[kStaged ? kVectors : 1][kSolThreads];
@@ -107,8 +107,8 @@ __global__ void __launch_bounds__(kSolThreads) sol_convert_kernel(const uint16_t
     uint32_t codes[kCodeWords];
     encode_chunk(f, 0.5f, codes);
     *reinterpret_cast<uint4*>(out + (int64_t(token) * heads + head) * kSolHeadDim +
-                              chunk * kChunkChannels) = make_uint4(codes[0], codes[1], codes[2],
-                                                                   codes[3]);
+                              chunk * kChunkChannels) =
+        make_uint4(codes[0], codes[1], codes[2], codes[3]);
   }
 }
 
