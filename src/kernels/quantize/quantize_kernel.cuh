@@ -249,8 +249,8 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
     if (job.delta.out != nullptr) park_own_chunks(o_loads, s.o_input, tid);
   }
   // A failed check earlier in this call (device_status) stops the kernel. It is read after the
-  // tile's loads are issued: as the kernel's first step its round trip delayed every CTA's
-  // loads. (Every address above lies inside the tensors whatever cu_seqlens holds.)
+  // tile's loads are issued, so that its round trip overlaps theirs (measured neutral in
+  // session 13). Every address above lies inside the tensors whatever cu_seqlens holds.
   const bool stopped = job.device_status != nullptr && *job.device_status != kDeviceStatusOk;
   for (int i = tid; i < kMaxCopies * kWindowTokens; i += Geometry::kThreads)
     (&s.amax[0][0])[i] = 0u;
