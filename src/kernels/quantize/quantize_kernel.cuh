@@ -244,10 +244,6 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   if constexpr (kGradient) {
     if (job.delta.out != nullptr) o_loads = load_own_chunks(job.delta.o, set, g, head);
   }
-  park_own_chunks(x_loads, s.input, tid);
-  if constexpr (kGradient) {
-    if (job.delta.out != nullptr) park_own_chunks(o_loads, s.o_input, tid);
-  }
   // A failed check earlier in this call (device_status) stops the kernel. It is read after the
   // tile's loads are issued, so that its round trip overlaps theirs (measured neutral in
   // session 13). Every address above lies inside the tensors whatever cu_seqlens holds.
@@ -265,6 +261,11 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
       s.doc_end[i] = doc.end;
       s.doc_index[i] = doc.index;
     }
+  }
+  // The loads are stored after the document lookup, whose own loads then overlap them.
+  park_own_chunks(x_loads, s.input, tid);
+  if constexpr (kGradient) {
+    if (job.delta.out != nullptr) park_own_chunks(o_loads, s.o_input, tid);
   }
   if (stopped) return;
   __syncthreads();
