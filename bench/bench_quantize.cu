@@ -22,6 +22,7 @@
 
 #include "bench_util.cuh"
 #include "common/layout.h"
+#include "kernels/backward/async_copy.cuh"
 #include "kernels/quantize/element_convert.cuh"
 #include "kernels/quantize/quantize.h"
 
@@ -84,16 +85,15 @@ __global__ void __launch_bounds__(kSolThreads)
 #pragma unroll
     for (int h = 0; h < kChunkVectors; ++h) {
       if constexpr (kStaged) {
-        const uint32_t dst = uint32_t(__cvta_generic_to_shared(&stage[j * kChunkVectors + h][tid]));
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(p + h),
-                     "r"(ok ? 16 : 0));
+        flamia::backward::async_copy_16(&stage[j * kChunkVectors + h][tid], p + h, ok);
       } else {
         v[j * kChunkVectors + h] = __ldg(p + h);
       }
     }
   }
   if constexpr (kStaged) {
-    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+    flamia::backward::async_copy_commit();
+    flamia::backward::async_copy_wait_all();
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kVectors; ++i) v[i] = stage[i][tid];
