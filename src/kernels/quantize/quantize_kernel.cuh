@@ -1,4 +1,5 @@
-// The quantize kernel: one CTA per (tile of kTileTokens tokens, head) of one tensor.
+// The quantize kernel: one CTA per (tile of kTileTokens tokens, head) of one tensor (of the
+// launch's JobBatch).
 //
 //  1. load the tile's BF16 values (and O's, for delta) into registers and store them into a
 //     per-thread area of shared memory, where they wait for the later steps;
@@ -223,14 +224,23 @@ __device__ __forceinline__ float add_delta_dot(const OwnChunks<kThreads>& o, int
 template <int kHeadDim, bool kGradient>
 __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
                                   min_blocks_per_sm<kHeadDim, kGradient>())
-    quantize_tensor_kernel(const __grid_constant__ TensorJob job) {
+    quantize_tensor_kernel(const __grid_constant__ JobBatch batch) {
   using Geometry = TileGeometry<kHeadDim>;
+  // The gradient kernel serves one job per launch (dO): its fields keep constant offsets.
+  int job_index = 0;
+  if constexpr (!kGradient) {
+    while (job_index + 1 < batch.count && int(blockIdx.x) >= batch.cta_begin[job_index + 1])
+      ++job_index;
+  }
+  const TensorJob& job = batch.job[job_index];
+  const int cta = int(blockIdx.x) - batch.cta_begin[job_index];
+  const int tiles = (job.tokens + kTileTokens - 1) / kTileTokens;
 
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   auto& s = *reinterpret_cast<QuantizeShared<kHeadDim, kGradient>*>(dynamic_smem);
   const int tid = threadIdx.x;
-  const int tile_begin = int(blockIdx.x) * kTileTokens;
-  const int head = blockIdx.y;
+  const int tile_begin = cta % tiles * kTileTokens;
+  const int head = cta / tiles;
   const int tokens = job.tokens;
   const int tile_end = min(tile_begin + kTileTokens, tokens);
   const int tile_count = tile_end - tile_begin;
