@@ -298,19 +298,28 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   }
 
   // ---- 3. per-token amax --------------------------------------------------------------------
+  // A copy whose amax is of the untransformed |x| (the identity; x / l, divided afterwards)
+  // reuses the previous copy's when that one's is too (the dO job's two copies).
+  float combined[kQuadTokens] = {};
+  bool combined_untransformed = false;
 #pragma unroll 1
   for (int k = 0; k < job.num_copies; ++k) {
     const Transform transform = job.copy[k].transform;
-    float amax[kQuadTokens] = {};
+    const bool untransformed = amax_of_untransformed<kGradient>(transform);
+    if (!(untransformed && combined_untransformed)) {
+      float amax[kQuadTokens] = {};
 #pragma unroll 1
-    for (int n = 0; n < Geometry::kSlices; ++n)
-      accumulate_amax<kHeadDim, kGradient>(transform, job, head, g.chunk(n), set,
-                                           own_chunks(s.input, n, tid), amax);
+      for (int n = 0; n < Geometry::kSlices; ++n)
+        accumulate_amax<kHeadDim, kGradient>(transform, job, head, g.chunk(n), set,
+                                             own_chunks(s.input, n, tid), amax);
+#pragma unroll
+      for (int j = 0; j < kQuadTokens; ++j) combined[j] = Geometry::reduce_chunks(amax[j], MaxOp());
+      combined_untransformed = untransformed;
+    }
 #pragma unroll
     for (int j = 0; j < kQuadTokens; ++j) {
-      const float combined = Geometry::reduce_chunks(amax[j], MaxOp());
       if (set.valid(j) && g.sub_chunk == 0) {  // one warp holds all of a token's chunks
-        const float a = finish_amax<kGradient>(transform, job, head, set, j, combined);
+        const float a = finish_amax<kGradient>(transform, job, head, set, j, combined[j]);
         s.amax[k][set.token(j) - window_origin] = amax_bits(a);
       }
     }
