@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
+#include "kernels/quantize/chunk_division.cuh"
 #include "kernels/quantize/quantize_job.h"
 
 namespace flamia::quantize {
@@ -59,8 +60,7 @@ __device__ __forceinline__ void apply_transform(Transform transform,
 #pragma unroll
     for (int i = 0; i < kChunkChannels; ++i) x[i] = __fsub_rn(x[i], shift[i]);
   } else if (transform == Transform::kDivideByL) {
-#pragma unroll
-    for (int i = 0; i < kChunkChannels; ++i) x[i] = l == 0.0f ? 0.0f : __fdiv_rn(x[i], l);
+    divide_chunk(x, l);
   }
 }
 

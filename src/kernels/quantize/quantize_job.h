@@ -95,4 +95,15 @@ struct TensorJob {
   bool needs_documents = false;
 };
 
+// One launch runs every job of one kernel instance (the forward's Q, K and V; the backward's
+// Q, K, V and, in a second launch, dO): CTAs [cta_begin[n], cta_begin[n + 1]) do job n, one
+// per (tile, head), tiles fastest. One grid instead of one per tensor: the jobs' tails and
+// ramps overlap.
+constexpr int kMaxJobsPerLaunch = 4;
+struct JobBatch {
+  TensorJob job[kMaxJobsPerLaunch];
+  int cta_begin[kMaxJobsPerLaunch + 1] = {};
+  int count = 0;
+};
+
 }  // namespace flamia::quantize

@@ -1,4 +1,5 @@
-// The quantize kernel: one CTA per (tile of kTileTokens tokens, head) of one tensor.
+// The quantize kernel: one CTA per (tile of kTileTokens tokens, head) of one tensor (of the
+// launch's JobBatch).
 //
 //  1. load the tile's BF16 values (and O's, for delta) into registers and store them into a
 //     per-thread area of shared memory, where they wait for the later steps;
@@ -223,14 +224,23 @@ __device__ __forceinline__ float add_delta_dot(const OwnChunks<kThreads>& o, int
 template <int kHeadDim, bool kGradient>
 __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
                                   min_blocks_per_sm<kHeadDim, kGradient>())
-    quantize_tensor_kernel(const __grid_constant__ TensorJob job) {
+    quantize_tensor_kernel(const __grid_constant__ JobBatch batch) {
   using Geometry = TileGeometry<kHeadDim>;
+  // The gradient kernel serves one job per launch (dO): its fields keep constant offsets.
+  int job_index = 0;
+  if constexpr (!kGradient) {
+    while (job_index + 1 < batch.count && int(blockIdx.x) >= batch.cta_begin[job_index + 1])
+      ++job_index;
+  }
+  const TensorJob& job = batch.job[job_index];
+  const int cta = int(blockIdx.x) - batch.cta_begin[job_index];
+  const int tiles = (job.tokens + kTileTokens - 1) / kTileTokens;
 
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   auto& s = *reinterpret_cast<QuantizeShared<kHeadDim, kGradient>*>(dynamic_smem);
   const int tid = threadIdx.x;
-  const int tile_begin = int(blockIdx.x) * kTileTokens;
-  const int head = blockIdx.y;
+  const int tile_begin = cta % tiles * kTileTokens;
+  const int head = cta / tiles;
   const int tokens = job.tokens;
   const int tile_end = min(tile_begin + kTileTokens, tokens);
   const int tile_count = tile_end - tile_begin;
@@ -288,19 +298,28 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   }
 
   // ---- 3. per-token amax --------------------------------------------------------------------
+  // A copy whose amax is of the untransformed |x| (the identity; x / l, divided afterwards)
+  // reuses the previous copy's when that one's is too (the dO job's two copies).
+  float combined[kQuadTokens] = {};
+  bool combined_untransformed = false;
 #pragma unroll 1
   for (int k = 0; k < job.num_copies; ++k) {
     const Transform transform = job.copy[k].transform;
-    float amax[kQuadTokens] = {};
+    const bool untransformed = amax_of_untransformed<kGradient>(transform);
+    if (!(untransformed && combined_untransformed)) {
+      float amax[kQuadTokens] = {};
 #pragma unroll 1
-    for (int n = 0; n < Geometry::kSlices; ++n)
-      accumulate_amax<kHeadDim, kGradient>(transform, job, head, g.chunk(n), set,
-                                           own_chunks(s.input, n, tid), amax);
+      for (int n = 0; n < Geometry::kSlices; ++n)
+        accumulate_amax<kHeadDim, kGradient>(transform, job, head, g.chunk(n), set,
+                                             own_chunks(s.input, n, tid), amax);
+#pragma unroll
+      for (int j = 0; j < kQuadTokens; ++j) combined[j] = Geometry::reduce_chunks(amax[j], MaxOp());
+      combined_untransformed = untransformed;
+    }
 #pragma unroll
     for (int j = 0; j < kQuadTokens; ++j) {
-      const float combined = Geometry::reduce_chunks(amax[j], MaxOp());
       if (set.valid(j) && g.sub_chunk == 0) {  // one warp holds all of a token's chunks
-        const float a = finish_amax<kGradient>(transform, job, head, set, j, combined);
+        const float a = finish_amax<kGradient>(transform, job, head, set, j, combined[j]);
         s.amax[k][set.token(j) - window_origin] = amax_bits(a);
       }
     }

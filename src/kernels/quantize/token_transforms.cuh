@@ -110,6 +110,13 @@ __device__ __forceinline__ void transform_tokens(Transform transform, const Tens
   }
 }
 
+// Whether accumulate_amax folds the untransformed |x| for this transform (then two such copies
+// of one job have the same per-lane amax).
+template <bool kGradient>
+__device__ __forceinline__ bool amax_of_untransformed(Transform transform) {
+  return transform == Transform::kIdentity || (kGradient && transform == Transform::kDivideByL);
+}
+
 // The thread's part of each token's amax, folded into amax[j] (fmaxf: NaN is ignored, as the
 // reference's std::max ignores it): of |x - m| for the subtract kinds, of |x| for the identity
 // and for x / l, which finish_amax divides after the lanes are combined.
@@ -117,7 +124,7 @@ template <int kHeadDim, bool kGradient, typename Set, typename Source>
 __device__ __forceinline__ void accumulate_amax(Transform transform, const TensorJob& job, int head,
                                                 int chunk, const Set& set, const Source& x,
                                                 float (&amax)[Set::kCount]) {
-  if (kGradient && transform == Transform::kDivideByL) {
+  if (kGradient && transform == Transform::kDivideByL) {  // (amax_of_untransformed)
 #pragma unroll
     for (int j = 0; j < Set::kCount; ++j) {
       float v[kChunkChannels];
