@@ -106,6 +106,25 @@ def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, per_call=False, **option
     return time_pair(run, per_call)
 
 
+FUSED_QUANTIZE_MAX_SEQLEN = 128  # kFusedQuantizeMaxSeqlen: AUTO fuses the forward's quantization
+
+
+def separate_quantize_fwd_ms(q, k, v, d_o, cu, max_len, scale_mode):
+    """flamia's forward with its quantize pass separate (FLAMIA_FORWARD_QUANTIZE=separate)."""
+    os.environ["FLAMIA_FORWARD_QUANTIZE"] = "separate"
+    try:
+        return median_ms(lambda: bench_flamia_forward(q, k, v, cu, max_len, scale_mode))
+    finally:
+        del os.environ["FLAMIA_FORWARD_QUANTIZE"]
+
+
+def bench_flamia_forward(q, k, v, cu, max_len, scale_mode):
+    import flamia
+
+    return flamia.attn_varlen_func(q, k, v, cu, cu, max_len, max_len, causal=True,
+                                   scale_mode=scale_mode)
+
+
 def bench_fa2_varlen(q, k, v, d_o, cu, max_len):
     from torch.nn.attention.varlen import varlen_attn
     group = q.shape[1] // k.shape[1]
@@ -267,6 +286,9 @@ def main():
                "head_dim": w["head_dim"], "fwd_flops": flops}
         f_fwd, f_fb = bench_flamia(q, k, v, d_o, cu, max_len, opts.scale_mode)
         rec["flamia_fwd_ms"], rec["flamia_fwdbwd_ms"] = f_fwd, f_fb
+        if max_len <= FUSED_QUANTIZE_MAX_SEQLEN:  # where flamia fuses its quantization
+            rec["flamia_fwd_separate_quantize_ms"] = separate_quantize_fwd_ms(
+                q, k, v, d_o, cu, max_len, opts.scale_mode)
         # each call on an idle GPU (host time before the first kernel included)
         rec["flamia_fwd_per_call_ms"], rec["flamia_fwdbwd_per_call_ms"] = bench_flamia(
             q, k, v, d_o, cu, max_len, opts.scale_mode, per_call=True)

@@ -43,6 +43,16 @@ typedef enum flamia_key_smoothing {
   FLAMIA_SMOOTH_VECTOR = 2     /* subtract a caller-supplied vector per KV head */
 } flamia_key_smoothing;
 
+/* Where the forward quantizes Q, K and V. The E4M3 bytes and exponents are the same either way
+ * (docs/numerics.md §3), and so are the outputs, bit for bit. */
+typedef enum flamia_forward_quantize {
+  FLAMIA_QUANTIZE_AUTO = 0,     /* FUSED for short documents (max_seqlen_q and max_seqlen_k <= 128)
+                                   without key smoothing, else SEPARATE */
+  FLAMIA_QUANTIZE_SEPARATE = 1, /* a quantize pass over the whole tensors, then the attention */
+  FLAMIA_QUANTIZE_FUSED = 2     /* inside the attention kernel, per tile; not with key smoothing
+                                   (FLAMIA_ERROR_UNSUPPORTED) */
+} flamia_forward_quantize;
+
 /* A (tokens, heads, head_dim) tensor; strides in elements, head_dim contiguous. */
 typedef struct flamia_tensor {
   void* data;
@@ -79,7 +89,8 @@ typedef struct flamia_forward_args {
   float* softmax_stats;  /* FP32 (heads_q, total_q, 2): {M, l} for the backward; may be NULL */
   void* workspace;
   size_t workspace_bytes;
-  void* stream; /* cudaStream_t; NULL = default stream */
+  void* stream;                     /* cudaStream_t; NULL = default stream */
+  flamia_forward_quantize quantize; /* AUTO (0) unless measuring one path */
 } flamia_forward_args;
 
 typedef struct flamia_backward_args {

@@ -43,11 +43,19 @@ class KeySmoothing(enum.IntEnum):
     VECTOR = 2
 
 
+class ForwardQuantize(enum.IntEnum):
+    AUTO = 0
+    SEPARATE = 1
+    FUSED = 2
+
+
 # Python-facing spellings of the enums.
 SCALE_MODES = {"exact": ScaleMode.EXACT, "block32": ScaleMode.BLOCK32}
 PRECISIONS = {"fp8": Precision.FP8, "fp8-bf16grad": Precision.FP8_BF16GRAD}
 KEY_SMOOTHINGS = {"none": KeySmoothing.NONE, "first_key": KeySmoothing.FIRST_KEY,
                   "vector": KeySmoothing.VECTOR}
+FORWARD_QUANTIZE = {"auto": ForwardQuantize.AUTO, "separate": ForwardQuantize.SEPARATE,
+                    "fused": ForwardQuantize.FUSED}
 
 _c_enum = ctypes.c_int
 _i32p = ctypes.POINTER(ctypes.c_int32)
@@ -98,6 +106,7 @@ class ForwardArgs(ctypes.Structure):
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
         ("stream", ctypes.c_void_p),
+        ("quantize", _c_enum),
     ]
 
 

@@ -23,6 +23,9 @@ log = logging.getLogger("flamia")
 
 LOG_ENV = "FLAMIA_LOG"  # 1: log, once per distinct path, which kernel path ran
 CHECK_ENV = "FLAMIA_CHECK_DEVICE"  # 1: synchronise after each call and report device errors
+# auto (default), separate or fused: where the forward quantizes Q, K and V (the outputs are the
+# same bit for bit; benchmarks set it to measure both paths)
+QUANTIZE_ENV = "FLAMIA_FORWARD_QUANTIZE"
 _STATS_PER_ROW = 2  # softmax_stats holds {M, l} per (head, query)
 _BF16 = torch.bfloat16
 
@@ -78,13 +81,21 @@ def make_problem(q: Tensor, k: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tenso
     )
 
 
+def _forward_quantize() -> int:
+    name = os.environ.get(QUANTIZE_ENV, "") or "auto"
+    if name not in _capi.FORWARD_QUANTIZE:
+        raise ValueError(f"{QUANTIZE_ENV}={name!r}: expected one of "
+                         f"{', '.join(_capi.FORWARD_QUANTIZE)}")
+    return _capi.FORWARD_QUANTIZE[name]
+
+
 def make_forward_args(q, k, v, out, lse, stats, problem: _capi.Problem,
                       stream: ctypes.c_void_p) -> _capi.ForwardArgs:
     f32p = ctypes.POINTER(ctypes.c_float)
     return _capi.ForwardArgs(problem=problem, q=_tensor(q), k=_tensor(k), v=_tensor(v),
                              o=_tensor(out), lse=_ptr(lse, f32p),
                              softmax_stats=_ptr(stats, f32p), workspace=None,
-                             workspace_bytes=0, stream=stream)
+                             workspace_bytes=0, stream=stream, quantize=_forward_quantize())
 
 
 def make_backward_args(dout, q, k, v, out, lse, stats, dq, dk, dv, problem: _capi.Problem,

@@ -1,6 +1,7 @@
 // flamia_describe_forward: which kernel path a problem runs, as a static string.
 #include <cstdio>
 
+#include "api/dispatch.h"
 #include "api/errors.h"
 #include "api/validation.h"
 #include "flamia/flamia.h"
@@ -13,25 +14,31 @@ constexpr int kNumHeadDims = sizeof kHeadDims / sizeof kHeadDims[0];
 constexpr int kNumScaleModes = 2;
 constexpr int kNumCausal = 2;
 constexpr int kNumSmoothings = 3;
+constexpr int kNumQuantizePaths = 2;
 constexpr size_t kDescriptionCapacity = 128;
 
 const char* const kScaleNames[kNumScaleModes] = {"exact scales", "block32 scales"};
 const char* const kCausalNames[kNumCausal] = {"non-causal", "causal"};
 const char* const kSmoothingNames[kNumSmoothings] = {"no key smoothing", "first-key smoothing",
                                                      "vector key smoothing"};
+const char* const kQuantizeNames[kNumQuantizePaths] = {"separate quantize pass",
+                                                       "quantization fused into the kernel"};
 
 // Every description, built once (thread-safe static initialization) and never freed, so the
 // returned pointers stay valid for the life of the process.
 struct Descriptions {
-  char text[kNumHeadDims][kNumScaleModes][kNumCausal][kNumSmoothings][kDescriptionCapacity];
+  char text[kNumHeadDims][kNumScaleModes][kNumCausal][kNumSmoothings][kNumQuantizePaths]
+           [kDescriptionCapacity];
   Descriptions() {
     for (int d = 0; d < kNumHeadDims; ++d) {
       for (int s = 0; s < kNumScaleModes; ++s) {
         for (int c = 0; c < kNumCausal; ++c) {
           for (int m = 0; m < kNumSmoothings; ++m) {
-            std::snprintf(text[d][s][c][m], kDescriptionCapacity,
-                          "sm90a fp8 forward, hdim %d, %s, %s, %s", kHeadDims[d], kScaleNames[s],
-                          kCausalNames[c], kSmoothingNames[m]);
+            for (int f = 0; f < kNumQuantizePaths; ++f) {
+              std::snprintf(text[d][s][c][m][f], kDescriptionCapacity,
+                            "sm90a fp8 forward, hdim %d, %s, %s, %s, %s", kHeadDims[d],
+                            kScaleNames[s], kCausalNames[c], kSmoothingNames[m], kQuantizeNames[f]);
+            }
           }
         }
       }
@@ -61,5 +68,6 @@ extern "C" const char* flamia_describe_forward(const flamia_forward_args* args) 
   }
   static const Descriptions descriptions;
   // Validated: the enums hold their enumerators' values.
-  return descriptions.text[d][p.scale_mode][p.causal][p.key_smoothing];
+  const int fused = flamia::api::forward_fuses_quantize(*args) ? 1 : 0;
+  return descriptions.text[d][p.scale_mode][p.causal][p.key_smoothing][fused];
 }

@@ -103,14 +103,36 @@ QuantizeForwardArgs quantize_forward_args(const flamia_forward_args& a, const Wo
   return args;
 }
 
-// The forward with keys and queries: quantize, then the attention kernel.
+}  // namespace
+
+// FUSED, or AUTO on short documents; never with key smoothing (validation rejects FUSED then).
+bool forward_fuses_quantize(const flamia_forward_args& a) {
+  if (a.problem.key_smoothing != FLAMIA_SMOOTH_NONE) return false;
+  if (a.quantize == FLAMIA_QUANTIZE_FUSED) return true;
+  return a.quantize == FLAMIA_QUANTIZE_AUTO &&
+         forward_fuses_quantize_by_default(packed_shape(a.problem));
+}
+
+namespace {
+
+// The forward with keys and queries: quantize, then the attention kernel; or the attention
+// kernel alone, quantizing as it goes (forward_fuses_quantize).
 flamia_status run_forward_kernels(const flamia_forward_args& a, const WorkspaceLayout& ws,
                                   cudaStream_t stream, const char* where) {
   const flamia_problem& p = a.problem;
-  cudaError_t error = launch_quantize_forward(quantize_forward_args(a, ws), stream);
-  if (error != cudaSuccess) return fail_cuda(where, "launch_quantize_forward", error);
-
   ForwardKernelArgs kernel;
+  cudaError_t error = cudaSuccess;
+  if (forward_fuses_quantize(a)) {
+    kernel.fused.enabled = true;
+    kernel.fused.q = input_view(a.q);
+    kernel.fused.k = input_view(a.k);
+    kernel.fused.v = input_view(a.v);
+    kernel.fused.scale_mode = to_scale_mode(p.scale_mode);
+  } else {
+    error = launch_quantize_forward(quantize_forward_args(a, ws), stream);
+    if (error != cudaSuccess) return fail_cuda(where, "launch_quantize_forward", error);
+  }
+
   kernel.shape = packed_shape(p);
   kernel.softmax_scale = p.softmax_scale;
   kernel.in = ws.fwd;

@@ -14,6 +14,10 @@ SeqlensLimits seqlens_limits(const flamia_problem& problem);
 WorkspaceRequest forward_workspace_request(const flamia_forward_args& args);
 WorkspaceRequest backward_workspace_request(const flamia_backward_args& args);
 
+// Whether the forward quantizes inside its kernel (args.quantize; AUTO: short documents without
+// key smoothing) instead of in a separate pass first.
+bool forward_fuses_quantize(const flamia_forward_args& args);
+
 // Forward: seqlens check -> quantize -> forward kernel -> poison (on args.stream, no host sync).
 flamia_status dispatch_forward(const flamia_forward_args& args, const char* where);
 // Backward: seqlens check -> one quantize pass (forward and backward operands) -> backward

@@ -214,12 +214,30 @@ int64_t rows(const flamia_problem& p) {
   return int64_t(p.heads_q) * p.total_q;
 }
 
+flamia_status check_forward_quantize(const flamia_forward_args& a, const char* where) {
+  const int quantize = raw_enum(a.quantize);
+  if (quantize != FLAMIA_QUANTIZE_AUTO && quantize != FLAMIA_QUANTIZE_SEPARATE &&
+      quantize != FLAMIA_QUANTIZE_FUSED) {
+    return invalid(where, "quantize", quantize,
+                   "is not a flamia_forward_quantize (AUTO, SEPARATE or FUSED)");
+  }
+  if (quantize == FLAMIA_QUANTIZE_FUSED &&
+      raw_enum(a.problem.key_smoothing) != FLAMIA_SMOOTH_NONE) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: quantize = FLAMIA_QUANTIZE_FUSED with key smoothing is not supported: the "
+                "fused quantization has no key smoothing (use AUTO or SEPARATE)",
+                where);
+  }
+  return FLAMIA_OK;
+}
+
 }  // namespace
 
 flamia_status validate_forward_problem(const flamia_forward_args& a, const char* where) {
   const flamia_problem& p = a.problem;
   flamia_status status = check_sizes(p, where);
   if (status == FLAMIA_OK) status = check_options(p, where);
+  if (status == FLAMIA_OK) status = check_forward_quantize(a, where);
   if (status == FLAMIA_OK) {
     status = check_head_dim_supported(p.head_dim, forward_supports_head_dim, "forward", where);
   }

@@ -61,6 +61,23 @@ TEST(ApiErrors, DescribeNamesThePath) {
   EXPECT_TRUE(contains(text.c_str(), "block32 scales")) << text;
   EXPECT_TRUE(contains(text.c_str(), "non-causal")) << text;
   EXPECT_TRUE(contains(text.c_str(), "first-key smoothing")) << text;
+  EXPECT_TRUE(contains(text.c_str(), "separate quantize pass")) << text;
+  // Short documents without key smoothing quantize inside the kernel unless told otherwise.
+  setup.args.problem.key_smoothing = FLAMIA_SMOOTH_NONE;
+  setup.args.problem.max_seqlen_q = setup.args.problem.max_seqlen_k = 100;
+  EXPECT_TRUE(contains(flamia_describe_forward(&setup.args), "quantization fused")) << text;
+  setup.args.quantize = FLAMIA_QUANTIZE_SEPARATE;
+  EXPECT_TRUE(contains(flamia_describe_forward(&setup.args), "separate quantize pass")) << text;
+  setup.args.problem.max_seqlen_q = setup.args.problem.max_seqlen_k = 1000;
+  setup.args.quantize = FLAMIA_QUANTIZE_FUSED;
+  EXPECT_TRUE(contains(flamia_describe_forward(&setup.args), "quantization fused")) << text;
+  setup.args.problem.key_smoothing = FLAMIA_SMOOTH_FIRST_KEY;
+  EXPECT_TRUE(contains(flamia_describe_forward(&setup.args), "no kernel path"));
+  EXPECT_TRUE(contains(flamia_last_error_message(), "FLAMIA_QUANTIZE_FUSED with key smoothing"));
+  setup.args.quantize = static_cast<flamia_forward_quantize>(7);
+  EXPECT_TRUE(contains(flamia_describe_forward(&setup.args), "no kernel path"));
+  EXPECT_TRUE(contains(flamia_last_error_message(), "quantize"));
+  setup.args.quantize = FLAMIA_QUANTIZE_AUTO;
   // Static storage: the same pointer each time.
   EXPECT_EQ(flamia_describe_forward(&setup.args), flamia_describe_forward(&setup.args));
 }

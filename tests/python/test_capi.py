@@ -123,8 +123,22 @@ def test_forward_marshalling(stub, strided):
             (t.data_ptr(), t.stride(0), t.stride(1)), name
     assert _addr(f["lse"]) == lse.data_ptr() and _addr(f["stats"]) == stats.data_ptr()
     assert _addr(f["stream"]) == STREAM
+    assert int(f["quantize"]) == _capi.ForwardQuantize.AUTO
     if strided:
         assert q.stride(0) == 3 * 8 * 128
+
+
+@pytest.mark.parametrize("name", ["separate", "fused", "auto"])
+def test_forward_quantize_from_environment(stub, monkeypatch, name):
+    q, k, v, cu_q, cu_k = _cpu_problem()
+    out, lse, stats = _ops._forward_outputs(q)
+    problem = _ops.make_problem(q, k, cu_q, cu_k, 133, 133, 0.125, True, "exact", "none", None)
+    monkeypatch.setenv(_ops.QUANTIZE_ENV, name)
+    args = _ops.make_forward_args(q, k, v, out, lse, stats, problem, ctypes.c_void_p(STREAM))
+    assert int(_fields(_ops.describe_forward(args))["quantize"]) == _capi.FORWARD_QUANTIZE[name]
+    monkeypatch.setenv(_ops.QUANTIZE_ENV, "sometimes")
+    with pytest.raises(ValueError, match="FLAMIA_FORWARD_QUANTIZE"):
+        _ops.make_forward_args(q, k, v, out, lse, stats, problem, ctypes.c_void_p(STREAM))
 
 
 def test_backward_marshalling(stub):

@@ -75,7 +75,8 @@ struct ConsumerRows {
 // segments' row ranges. (Measured: one shared loop with a per-tile segment branch made the
 // head-dim-128 forward 4% slower on documents of 1k tokens and more.) `iteration` counts key
 // tiles over the CTA's items (the K/V ring position); `item_count` its items (the Q buffer).
-template <int kHeadDim, bool kDebugProbabilities, bool kSegment>
+// kFusedQuantize: the producer quantized Q̂ itself and left its row exponents in shared memory.
+template <int kHeadDim, bool kDebugProbabilities, bool kSegment, bool kFusedQuantize>
 __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
                                               const WorkItem& w, const ConsumerRows& rows,
                                               int item_count, int& iteration) {
@@ -91,12 +92,19 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
                                               w.geo.q_len, w.geo.k_start, row_local[r],
                                               p.cu_seqlens_q, p.cu_seqlens_k, p.causal != 0)
                            : RowKeyRange{0, row_local[r]};
+  const int q_buffer = item_count % Tile::kQBuffers;
+  auto wait_q_tile = [&] {
+    hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
+  };
+  if constexpr (kFusedQuantize) wait_q_tile();  // its row exponents come with it
   RowState state;
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const bool valid = row_local[r] < w.geo.q_len;
-    const int q_exp =
-        valid ? p.q_exp[size_t(w.head) * p.total_q + w.geo.q_start + row_local[r]] : 0;
+    int q_exp = 0;
+    if (valid && kFusedQuantize) q_exp = smem.fused_q_exp[q_buffer][rows.thread_row0 + 8 * r];
+    if (valid && !kFusedQuantize)
+      q_exp = p.q_exp[size_t(w.head) * p.total_q + w.geo.q_start + row_local[r]];
     state.row_factor[r] = query_row_factor(p.scale_log2, q_exp);
     state.row_max[r] = -INFINITY;
     state.row_sum[r] = 0.0f;
@@ -106,10 +114,9 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
 #pragma unroll
   for (int i = 0; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
 
-  const int q_buffer = item_count % Tile::kQBuffers;
   const uint64_t desc_q = hopper::make_smem_desc(
       hopper::smem_addr(smem.q[q_buffer] + tile_row0 * kHeadDim), qk_swizzle<kHeadDim>());
-  hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
+  if constexpr (!kFusedQuantize) wait_q_tile();
   uint32_t a[kBlockN / 32][4];
   float reference_inv_value_scale;  // 2^-ev_ref of the tile (producer.cuh)
   // Scores of tile n (already in s) -> t, p, the P̂ operand `a`, and what l needs from the
@@ -172,12 +179,13 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
   write_outputs<Tile::kOutRegisters>(p, w, acc, state, row_local, lane);
 }
 
-template <int kHeadDim, bool kDebugProbabilities>
+template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize>
 __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
                                              int consumer) {
   using Tile = ForwardTile<kHeadDim>;
   constexpr int kBlockN = Tile::kBlockN;
-  hopper::warpgroup_registers_increase<Tile::kConsumerRegisters>();
+  hopper::warpgroup_registers_increase<kFusedQuantize ? Tile::kFusedConsumerRegisters
+                                                      : Tile::kConsumerRegisters>();
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32;
   const int lane = thread % 32;
@@ -190,9 +198,11 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
   for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
     const WorkItem w = work_item<Tile::kBlockM, kBlockN>(p, index);
     if (w.geo.doc_count > 1)
-      run_work_item<kHeadDim, kDebugProbabilities, true>(p, smem, w, rows, item_count, iteration);
+      run_work_item<kHeadDim, kDebugProbabilities, true, kFusedQuantize>(p, smem, w, rows,
+                                                                         item_count, iteration);
     else
-      run_work_item<kHeadDim, kDebugProbabilities, false>(p, smem, w, rows, item_count, iteration);
+      run_work_item<kHeadDim, kDebugProbabilities, false, kFusedQuantize>(p, smem, w, rows,
+                                                                          item_count, iteration);
   }
 }
 

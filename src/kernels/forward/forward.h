@@ -8,6 +8,14 @@
 
 namespace flamia {
 
+// Fused quantization: the kernel's producer quantizes the BF16 inputs itself (no separate pass;
+// docs/numerics.md §3 unchanged, bit for bit). Not with key smoothing.
+struct FusedQuantizeInputs {
+  bool enabled = false;
+  Bf16View q, k, v;
+  ScaleMode scale_mode = ScaleMode::kExact;
+};
+
 struct ForwardKernelArgs {
   PackedShape shape;
   float softmax_scale = 1.0f;
@@ -20,7 +28,13 @@ struct ForwardKernelArgs {
   // Tests only: every visible P̂ as e4m3_decode(P̂) * 2^(M_running - 8), [Hq][total_q][total_k].
   // Runs a separate (slower) instantiation of the kernel.
   float* debug_p_hat = nullptr;
+  FusedQuantizeInputs fused;  // when enabled, `in` is not read
 };
+
+// Documents up to this many queries and keys take the fused quantization by default: the
+// separate pass costs more than it saves there (docs/results.md, fused quantization).
+constexpr int kFusedQuantizeMaxSeqlen = 128;
+bool forward_fuses_quantize_by_default(const PackedShape& shape);
 
 size_t forward_scheduler_workspace_bytes(const PackedShape& shape);
 bool forward_supports_head_dim(int head_dim);

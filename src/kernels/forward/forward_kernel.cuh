@@ -12,11 +12,13 @@ constexpr size_t forward_shared_bytes() {
   return sizeof(SharedStorage<kHeadDim>) + 1024;  // + alignment slack of dynamic shared memory
 }
 
-template <int kHeadDim>
+// q_full: the TMA thread's arrival (with the bytes), or every producer thread's when it
+// quantizes the tile itself.
+template <int kHeadDim, bool kFusedQuantize>
 __device__ __forceinline__ void init_barriers(SharedStorage<kHeadDim>& smem) {
   using Tile = ForwardTile<kHeadDim>;
   for (int b = 0; b < Tile::kQBuffers; ++b) {
-    hopper::mbarrier_init(&smem.q_full[b], 1);
+    hopper::mbarrier_init(&smem.q_full[b], kFusedQuantize ? kWarpgroupThreads : 1);
     hopper::mbarrier_init(&smem.q_empty[b], Tile::kConsumerThreads);
   }
   for (int s = 0; s < Tile::kStages; ++s) {
@@ -28,7 +30,8 @@ __device__ __forceinline__ void init_barriers(SharedStorage<kHeadDim>& smem) {
   hopper::fence_mbarrier_init();
 }
 
-template <int kHeadDim, bool kDebugProbabilities>
+// kFusedQuantize: the producer quantizes the BF16 inputs itself (fused_quantize.cuh).
+template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize>
 __global__ void __launch_bounds__(ForwardTile<kHeadDim>::kThreads, 1)
     forward_kernel(const __grid_constant__ ForwardParams params) {
   extern __shared__ uint8_t shared_raw[];
@@ -37,14 +40,17 @@ __global__ void __launch_bounds__(ForwardTile<kHeadDim>::kThreads, 1)
   const uint32_t misalignment = hopper::smem_addr(shared_raw) & 1023u;
   auto& smem =
       *reinterpret_cast<SharedStorage<kHeadDim>*>(shared_raw + ((1024u - misalignment) & 1023u));
-  if (threadIdx.x == 0) init_barriers(smem);
+  if (threadIdx.x == 0) init_barriers<kHeadDim, kFusedQuantize>(smem);
   __syncthreads();
   if (params.device_status && *params.device_status != 0) return;
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   if (warpgroup == 0) {
-    run_producer<kHeadDim>(params, smem);
+    if constexpr (kFusedQuantize)
+      run_fused_producer<kHeadDim>(params, smem);
+    else
+      run_producer<kHeadDim>(params, smem);
   } else {
-    run_consumer<kHeadDim, kDebugProbabilities>(params, smem, warpgroup - 1);
+    run_consumer<kHeadDim, kDebugProbabilities, kFusedQuantize>(params, smem, warpgroup - 1);
   }
 }
 

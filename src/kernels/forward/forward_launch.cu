@@ -67,8 +67,14 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   using Tile = ForwardTile<kHeadDim>;
   const PackedShape& s = args.shape;
   ForwardParams params{};
-  cudaError_t err = make_maps<kHeadDim>(args, &params);
+  const bool fused = args.fused.enabled;
+  if (fused && args.debug_p_hat) return cudaErrorInvalidValue;  // no debug instantiation
+  cudaError_t err = fused ? cudaSuccess : make_maps<kHeadDim>(args, &params);
   if (err != cudaSuccess) return err;
+  params.fused_q = args.fused.q;
+  params.fused_k = args.fused.k;
+  params.fused_v = args.fused.v;
+  params.fused_block32 = args.fused.scale_mode == ScaleMode::kBlock32 ? 1 : 0;
   params.q_exp = args.in.q.exponents;
   params.k_exp = args.in.k.exponents;
   params.v_exp = args.in.v_t.exponents;
@@ -95,8 +101,9 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
 
   constexpr size_t kShared = forward::forward_shared_bytes<kHeadDim>();
   params.debug_p_hat = args.debug_p_hat;
-  auto kernel = args.debug_p_hat ? forward::forward_kernel<kHeadDim, true>
-                                 : forward::forward_kernel<kHeadDim, false>;
+  auto kernel = fused              ? forward::forward_kernel<kHeadDim, false, true>
+                : args.debug_p_hat ? forward::forward_kernel<kHeadDim, true, false>
+                                   : forward::forward_kernel<kHeadDim, false, false>;
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
   if (err != cudaSuccess) return err;
   const int64_t max_items = forward::max_work_items(s, Tile::kBlockM);
@@ -111,6 +118,11 @@ size_t forward_scheduler_workspace_bytes(const PackedShape& shape) {
   // the plan of the head dim's query tiles (an unsupported head dim fails at launch)
   const int block_m = shape.head_dim == 64 ? ForwardTile<64>::kBlockM : ForwardTile<128>::kBlockM;
   return forward::schedule_workspace_bytes(shape, block_m);
+}
+
+bool forward_fuses_quantize_by_default(const PackedShape& shape) {
+  return shape.max_seqlen_q <= kFusedQuantizeMaxSeqlen &&
+         shape.max_seqlen_k <= kFusedQuantizeMaxSeqlen;
 }
 
 bool forward_supports_head_dim(int head_dim) {

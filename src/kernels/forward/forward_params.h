@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "common/views.h"
 #include "kernels/forward/scheduler.h"
 
 namespace flamia::forward {
@@ -35,6 +36,12 @@ struct ForwardParams {
   float* softmax_stats;  // [Hq][total_q][2] or nullptr
   const int32_t* device_status;
   ScheduleView schedule;
+  // Fused quantization (forward_kernel<..., kFusedQuantize>): the producer quantizes these BF16
+  // inputs itself (fused_quantize.cuh); the maps and exponent arrays above are then unused.
+  Bf16View fused_q;
+  Bf16View fused_k;
+  Bf16View fused_v;
+  int fused_block32;   // scale_mode block32 (else exact)
   float* debug_p_hat;  // tests only: [Hq][total_q][total_k], see debug_probabilities.cuh
 };
 

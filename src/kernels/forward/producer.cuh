@@ -5,6 +5,7 @@
 #pragma once
 
 #include "kernels/common/softmax_numerics.cuh"
+#include "kernels/forward/fused_quantize.cuh"
 #include "kernels/forward/shared_storage.cuh"
 #include "kernels/forward/work_items.cuh"
 #include "kernels/hopper/sync.cuh"
@@ -20,21 +21,22 @@ constexpr int kKeysPerProducerThread = 1;  // key tile / producer threads (stati
 // document or the window. ev_ref is the value exponent of the tile's first key inside the document:
 // every row that sees any key of the tile sees that one (causal: it is the earliest), so the split
 // between the MMA's row sum and the FP32 fallback never depends on a key the row cannot see.
-template <int kHeadDim>
-__device__ __forceinline__ uint8_t write_key_factors(const ForwardParams& p, const WorkItem& w,
-                                                     int key_tile_start,
+// `exponents.key(j)` / `.value(j)`: the exponents of the tile's key j (inside the document).
+template <int kHeadDim, typename Exponents>
+__device__ __forceinline__ uint8_t write_key_factors(const WorkItem& w, int key_tile_start,
+                                                     const Exponents& exponents,
                                                      SharedStorage<kHeadDim>& smem, int stage) {
   using Tile = ForwardTile<kHeadDim>;
   static_assert(Tile::kBlockN == kKeysPerProducerThread * kWarpgroupThreads, "one key a thread");
   const int j = threadIdx.x % kWarpgroupThreads;
   const int key = key_tile_start + j;
   const bool inside = key >= w.geo.k_start && key < w.geo.k_start + w.geo.k_len;
-  const size_t head_row = size_t(w.kv_head) * p.total_k;
-  const int key_exp = inside ? p.k_exp[head_row + key] : 0;
-  const int value_exp = inside ? p.v_exp[head_row + key] : 0;
+  const int key_exp = inside ? exponents.key(j) : 0;
+  const int value_exp = inside ? exponents.value(j) : 0;
   const int reference_key = max(key_tile_start, w.geo.k_start);  // none if k_len == 0
-  const int reference_exp =
-      reference_key < w.geo.k_start + w.geo.k_len ? p.v_exp[head_row + reference_key] : 0;
+  const int reference_exp = reference_key < w.geo.k_start + w.geo.k_len
+                                ? exponents.value(reference_key - key_tile_start)
+                                : 0;
   const int relative_exp = reference_exp - value_exp;
   // A segment's rows belong to different documents: no shared reference key, so all its keys
   // take the FP32 fallback (its tiles are few and small).
@@ -51,6 +53,25 @@ __device__ __forceinline__ uint8_t write_key_factors(const ForwardParams& p, con
   if (j % 32 == 0) smem.row_sum_fallback[stage][j / 32] = fallback_keys;
   return inside && in_window ? e4m3_encode(exp2_int(relative_exp)) : uint8_t(0);
 }
+
+// The quantize pass's exponent arrays in global memory.
+struct GlobalExponents {
+  const ForwardParams& p;
+  size_t head_row;  // the KV head's first exponent
+  int key_tile_start;
+  __device__ __forceinline__ int key(int j) const { return p.k_exp[head_row + key_tile_start + j]; }
+  __device__ __forceinline__ int value(int j) const {
+    return p.v_exp[head_row + key_tile_start + j];
+  }
+};
+
+// The exponents the producer computed for a stage (fused quantization).
+struct StageExponents {
+  const int8_t* key_exp;
+  const int8_t* value_exp;
+  __device__ __forceinline__ int key(int j) const { return key_exp[j]; }
+  __device__ __forceinline__ int value(int j) const { return value_exp[j]; }
+};
 
 // The kRowSumColumns rows after the V̂ᵀ tile: this thread's key byte in each (the key's permuted
 // slot, the tile's 128B swizzle).
@@ -98,7 +119,9 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p,
       const uint32_t reuse_phase = ((iteration / Tile::kStages) & 1) ^ 1;
       const int key_tile_start = w.geo.k_tile_base + n * Tile::kBlockN;
       if (iteration >= Tile::kStages) hopper::mbarrier_wait(&smem.k_empty[stage], reuse_phase);
-      const uint8_t row_sum_byte = write_key_factors<kHeadDim>(p, w, key_tile_start, smem, stage);
+      const GlobalExponents exponents{p, size_t(w.kv_head) * p.total_k, key_tile_start};
+      const uint8_t row_sum_byte =
+          write_key_factors<kHeadDim>(w, key_tile_start, exponents, smem, stage);
       if (issues_tma) {
         hopper::mbarrier_arrive_expect_tx(&smem.k_full[stage], Tile::kKTileBytes);
         hopper::tma_load_3d(smem.k[stage], &p.k_map, &smem.k_full[stage], 0, w.kv_head,
@@ -122,6 +145,59 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p,
       } else {
         hopper::mbarrier_arrive(&smem.v_full[stage]);
       }
+    }
+  }
+}
+
+// The producer of the fused forward (ForwardParams::fused_*): the same ring protocol, but it
+// quantizes each tile from the BF16 inputs itself (fused_quantize.cuh) instead of issuing TMA
+// loads, so every producer thread arrives on the full barriers.
+template <int kHeadDim>
+__device__ __forceinline__ void run_fused_producer(const ForwardParams& p,
+                                                   SharedStorage<kHeadDim>& smem) {
+  using Tile = ForwardTile<kHeadDim>;
+  hopper::warpgroup_registers_decrease<Tile::kFusedProducerRegisters>();
+  const bool block32 = p.fused_block32 != 0;
+  const int items = work_item_count(p);
+  int iteration = 0;
+  int item_count = 0;
+  for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
+    const WorkItem w = work_item<Tile::kBlockM, Tile::kBlockN>(p, index);
+    const int buffer = item_count % Tile::kQBuffers;
+    if (item_count >= Tile::kQBuffers)
+      hopper::mbarrier_wait(&smem.q_empty[buffer], ((item_count / Tile::kQBuffers) & 1) ^ 1);
+    const ItemTokens queries{w.geo.q_start, w.geo.q_start + w.geo.q_len, p.cu_seqlens_q,
+                             w.geo.first_doc, w.geo.doc_count};
+    quantize_tile<kHeadDim, Tile::kBlockM, TileLayout::kRows>(
+        p.fused_q, w.head, w.geo.q_start + w.geo.q0, queries, block32, smem.q[buffer],
+        smem.fused_q_exp[buffer], smem.fused_amax[kAmaxOfQ]);
+    hopper::fence_proxy_async_shared();  // the S = Q̂K̂ᵀ wgmma reads the tile
+    hopper::mbarrier_arrive(&smem.q_full[buffer]);
+
+    const ItemTokens keys{w.geo.k_start, w.geo.k_start + w.geo.k_len, p.cu_seqlens_k,
+                          w.geo.first_doc, w.geo.doc_count};
+    for (int n = 0; n < w.geo.n_tiles; ++n, ++iteration) {
+      const int stage = iteration % Tile::kStages;
+      const uint32_t reuse_phase = ((iteration / Tile::kStages) & 1) ^ 1;
+      const int key_tile_start = w.geo.k_tile_base + n * Tile::kBlockN;
+      if (iteration >= Tile::kStages) {
+        hopper::mbarrier_wait(&smem.k_empty[stage], reuse_phase);
+        hopper::mbarrier_wait(&smem.v_empty[stage], reuse_phase);
+      }
+      quantize_tile<kHeadDim, Tile::kBlockN, TileLayout::kColumns>(
+          p.fused_v, w.kv_head, key_tile_start, keys, block32, smem.vt[stage][0],
+          smem.fused_value_exp[stage], smem.fused_amax[kAmaxOfV]);
+      quantize_tile<kHeadDim, Tile::kBlockN, TileLayout::kRows>(
+          p.fused_k, w.kv_head, key_tile_start, keys, block32, smem.k[stage],
+          smem.fused_key_exp[stage], smem.fused_amax[kAmaxOfK]);
+      producer_sync();  // every key's exponents are written
+      const StageExponents exponents{smem.fused_key_exp[stage], smem.fused_value_exp[stage]};
+      const uint8_t row_sum_byte =
+          write_key_factors<kHeadDim>(w, key_tile_start, exponents, smem, stage);
+      write_row_sum_rows<kHeadDim>(row_sum_byte, smem.vt[stage][0]);
+      hopper::fence_proxy_async_shared();  // the wgmmas read K̂ and V̂ᵀ with its row-sum rows
+      hopper::mbarrier_arrive(&smem.k_full[stage]);
+      hopper::mbarrier_arrive(&smem.v_full[stage]);
     }
   }
 }

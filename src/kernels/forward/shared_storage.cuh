@@ -4,9 +4,15 @@
 
 #include <cstdint>
 
+#include "common/fp8_numerics.h"
 #include "kernels/forward/forward_config.h"
 
 namespace flamia::forward {
+
+// Fused quantization (fused_quantize.cuh): a block32 block reaches fewer than 32 tokens past the
+// edge of a tile, so a tile's per-token amax window spans the tile and this halo on each side.
+constexpr int kScaleBlockHalo = kBlock32Tokens;
+enum FusedAmaxWindow { kAmaxOfQ, kAmaxOfK, kAmaxOfV, kAmaxWindows };
 
 template <int kHeadDim>
 struct alignas(1024) SharedStorage {
@@ -17,6 +23,14 @@ struct alignas(1024) SharedStorage {
   KeyPairFactors factors[Tile::kStages][Tile::kBlockN / 2];
   // Per producer warp: its keys outside the row-sum window (a ballot; 0 almost always).
   alignas(16) uint32_t row_sum_fallback[Tile::kStages][kWarpgroupThreads / 32];
+  // Fused quantization only: the exponents of Q's rows (the consumers read them), of each stage's
+  // keys and values (the producer's factors), and the block32 amax windows.
+  static constexpr int kWindowRows =
+      (Tile::kBlockM > Tile::kBlockN ? Tile::kBlockM : Tile::kBlockN) + 2 * kScaleBlockHalo;
+  int8_t fused_q_exp[Tile::kQBuffers][Tile::kBlockM];
+  int8_t fused_key_exp[Tile::kStages][Tile::kBlockN];
+  int8_t fused_value_exp[Tile::kStages][Tile::kBlockN];
+  uint32_t fused_amax[kAmaxWindows][kWindowRows];
   uint64_t q_full[Tile::kQBuffers];   // Q tile landed
   uint64_t q_empty[Tile::kQBuffers];  // both consumers finished their last S = Q̂K̂ᵀ of the item
   uint64_t k_full[Tile::kStages];     // K̂ tile landed and its per-key factors written

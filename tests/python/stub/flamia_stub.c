@@ -103,8 +103,10 @@ const char* flamia_describe_forward(const flamia_forward_args* a) {
   n += print_tensor(g_description + n, room - n, "k", &a->k);
   n += print_tensor(g_description + n, room - n, "v", &a->v);
   n += print_tensor(g_description + n, room - n, "o", &a->o);
-  snprintf(g_description + n, room - n, " lse=%p stats=%p ws=%p ws_bytes=%zu stream=%p",
-           (void*)a->lse, (void*)a->softmax_stats, a->workspace, a->workspace_bytes, a->stream);
+  snprintf(g_description + n, room - n,
+           " lse=%p stats=%p ws=%p ws_bytes=%zu stream=%p quantize=%d", (void*)a->lse,
+           (void*)a->softmax_stats, a->workspace, a->workspace_bytes, a->stream,
+           (int)a->quantize);
   return g_description;
 }
 

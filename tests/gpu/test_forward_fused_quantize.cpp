@@ -1,0 +1,209 @@
+// The forward with its quantization fused into the kernel (flamia_forward_args.quantize = FUSED)
+// against the separate quantize pass (SEPARATE) through the public C API: O, LSE and {M, l}
+// must be equal bit for bit (the fused producer writes the bytes the pass would have written),
+// on short packed documents (AUTO's case) and on long ones (forced: key tiles that straddle
+// documents and block32 blocks that straddle tiles), and both against the CPU reference.
+// Outputs are poisoned before every run.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "flamia/flamia.h"
+#include "gpu_test_utils.h"
+#include "reference/attention_ref.h"
+
+namespace flamia::test {
+namespace {
+
+struct FusedCase {
+  std::string name;
+  std::vector<int> docs;  // query (and, unless keys is set, key) lengths
+  std::vector<int> keys;  // non-causal cross lengths; empty: the same as docs
+  int heads_q;
+  int heads_kv;
+  int head_dim;
+  bool causal;
+  ScaleMode mode;
+};
+
+struct ForwardRun {
+  std::vector<uint16_t> o;
+  std::vector<float> lse;
+  std::vector<float> stats;
+};
+
+int longest(const std::vector<int32_t>& cu) {
+  int n = 0;
+  for (size_t b = 0; b + 1 < cu.size(); ++b) n = std::max(n, int(cu[b + 1] - cu[b]));
+  return n;
+}
+
+std::vector<int32_t> offsets(const std::vector<int>& lengths) {
+  std::vector<int32_t> cu = {0};
+  for (int n : lengths) cu.push_back(cu.back() + n);
+  return cu;
+}
+
+class FusedForward {
+ public:
+  FusedForward(const ref::Problem& p, const ref::Inputs& in)
+      : p_(p),
+        cu_q_(p.cu_seqlens_q),
+        cu_k_(p.cu_seqlens_k),
+        q_(in.q.bits),
+        k_(in.k.bits),
+        v_(in.v.bits),
+        o_(in.q.bits.size()),
+        lse_(size_t(p.heads_q) * p.total_q()),
+        stats_(size_t(p.heads_q) * p.total_q() * 2) {}
+
+  void run(flamia_forward_quantize quantize, ForwardRun* out) {
+    flamia_forward_args a;
+    std::memset(&a, 0, sizeof(a));
+    flamia_problem& problem = a.problem;
+    problem.cu_seqlens_q = cu_q_.get();
+    problem.cu_seqlens_k = cu_k_.get();
+    problem.batch = p_.batch();
+    problem.total_q = p_.total_q();
+    problem.total_k = p_.total_k();
+    problem.heads_q = p_.heads_q;
+    problem.heads_kv = p_.heads_kv;
+    problem.head_dim = p_.head_dim;
+    problem.max_seqlen_q = longest(p_.cu_seqlens_q);
+    problem.max_seqlen_k = longest(p_.cu_seqlens_k);
+    problem.softmax_scale = p_.softmax_scale;
+    problem.causal = p_.causal ? 1 : 0;
+    problem.scale_mode =
+        p_.scale_mode == ScaleMode::kExact ? FLAMIA_SCALE_EXACT : FLAMIA_SCALE_BLOCK32;
+    problem.key_smoothing = FLAMIA_SMOOTH_NONE;
+    auto dense = [&](const DeviceBuffer<uint16_t>& b, int heads) {
+      return flamia_tensor{b.get(), int64_t(heads) * p_.head_dim, p_.head_dim};
+    };
+    a.q = dense(q_, p_.heads_q);
+    a.k = dense(k_, p_.heads_kv);
+    a.v = dense(v_, p_.heads_kv);
+    a.o = dense(o_, p_.heads_q);
+    a.lse = lse_.get();
+    a.softmax_stats = stats_.get();
+    a.quantize = quantize;
+    size_t bytes = 0;
+    ASSERT_EQ(flamia_forward_workspace_size(&a, &bytes), FLAMIA_OK) << flamia_last_error_message();
+    DeviceBuffer<uint8_t> workspace(bytes);
+    workspace.poison();
+    a.workspace = workspace.get();
+    a.workspace_bytes = bytes;
+    o_.poison();
+    lse_.poison();
+    stats_.poison();
+    ASSERT_EQ(flamia_forward(&a), FLAMIA_OK) << flamia_last_error_message();
+    ASSERT_EQ(flamia_check_device_status(a.workspace, nullptr), FLAMIA_OK);
+    description_ = flamia_describe_forward(&a);
+    out->o = o_.download();
+    out->lse = lse_.download();
+    out->stats = stats_.download();
+  }
+  const std::string& description() const { return description_; }
+
+ private:
+  const ref::Problem& p_;
+  DeviceBuffer<int32_t> cu_q_, cu_k_;
+  DeviceBuffer<uint16_t> q_, k_, v_, o_;
+  DeviceBuffer<float> lse_, stats_;
+  std::string description_;
+};
+
+template <typename T>
+size_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return i;
+  return a.size();
+}
+
+class FusedQuantizeTest : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(FusedQuantizeTest, BitwiseEqualToSeparatePass) {
+  FLAMIA_REQUIRE_SM90();
+  const FusedCase& c = GetParam();
+  ref::Problem problem =
+      ref::make_problem(c.docs, c.heads_q, c.heads_kv, c.head_dim, c.causal, c.mode);
+  if (!c.keys.empty()) problem.cu_seqlens_k = offsets(c.keys);
+  ref::InputOptions options;
+  options.seed = std::hash<std::string>{}(c.name);
+  const ref::Inputs inputs = ref::make_inputs(problem, options);
+  FusedForward device(problem, inputs);
+  ForwardRun separate, fused, automatic;
+  ASSERT_NO_FATAL_FAILURE(device.run(FLAMIA_QUANTIZE_SEPARATE, &separate));
+  ASSERT_NO_FATAL_FAILURE(device.run(FLAMIA_QUANTIZE_FUSED, &fused));
+  EXPECT_NE(device.description().find("quantization fused"), std::string::npos);
+  ASSERT_NO_FATAL_FAILURE(device.run(FLAMIA_QUANTIZE_AUTO, &automatic));
+  const bool short_documents =
+      longest(problem.cu_seqlens_q) <= 128 && longest(problem.cu_seqlens_k) <= 128;
+  EXPECT_EQ(device.description().find("quantization fused") != std::string::npos, short_documents)
+      << device.description();
+
+  EXPECT_EQ(first_difference(fused.o, separate.o), fused.o.size()) << "O differs";
+  EXPECT_EQ(first_difference(fused.lse, separate.lse), fused.lse.size()) << "LSE differs";
+  EXPECT_EQ(first_difference(fused.stats, separate.stats), fused.stats.size()) << "{M, l} differ";
+  EXPECT_EQ(first_difference(automatic.o, separate.o), automatic.o.size()) << "AUTO's O differs";
+
+  // Both against the contract (the separate path's own suite holds the detailed criteria).
+  const ref::ForwardResult expected = ref::forward(problem, inputs);
+  std::vector<float> o;
+  for (uint16_t bits : fused.o) {
+    o.push_back(ref::bf16_to_float(bits));
+    ASSERT_TRUE(std::isfinite(o.back())) << "O not finite / not written";
+  }
+  const double err = ref::rel_l2(o, expected.o_bf16.to_float());
+  EXPECT_LE(err, 1e-2);
+  for (size_t i = 0; i < fused.lse.size(); ++i) {
+    if (std::isinf(expected.lse[i])) {
+      EXPECT_TRUE(std::isinf(fused.lse[i]) && fused.lse[i] < 0) << "row " << i;
+    } else {
+      EXPECT_NEAR(fused.lse[i], expected.lse[i], std::log(1.0 + 1.0 / 8.0) + 1e-3) << "row " << i;
+    }
+  }
+  std::printf("[fused quantize %s] rel_l2 vs ref %.3g\n", c.name.c_str(), err);
+}
+
+std::vector<FusedCase> fused_cases() {
+  std::vector<FusedCase> cases;
+  // Packed short documents (1 to 64 tokens, several to a work item), an empty one, and single
+  // documents of 65 to 128 tokens (one query tile each).
+  const std::vector<int> short_docs = {5, 64, 1, 33, 0, 17, 63, 2, 113, 9, 40, 64, 64, 1, 128, 7};
+  // Long documents: key tiles start before a document (floor16) and block32 blocks straddle
+  // key tiles.
+  const std::vector<int> long_docs = {300, 17, 1, 2049, 0, 700};
+  for (int d : {64, 128})
+    for (bool causal : {true, false})
+      for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kBlock32}) {
+        const std::string tag = "d" + std::to_string(d) + (causal ? "_causal" : "_full") +
+                                (mode == ScaleMode::kExact ? "_exact" : "_block32");
+        cases.push_back({tag + "_short", short_docs, {}, 4, 2, d, causal, mode});
+        cases.push_back({tag + "_long", long_docs, {}, 2, 1, d, causal, mode});
+      }
+  cases.push_back(
+      {"d128_tiny16", std::vector<int>(256, 16), {}, 4, 4, 128, true, ScaleMode::kExact});
+  cases.push_back({"d64_tiny1", std::vector<int>(300, 1), {}, 3, 1, 64, true, ScaleMode::kBlock32});
+  // Non-causal with other key lengths: empty key documents, and 64 one-query documents whose
+  // keys fill many key tiles of one work item.
+  cases.push_back({"d128_cross_lengths",
+                   {5, 64, 1, 30, 7},
+                   {64, 3, 0, 100, 1},
+                   4,
+                   2,
+                   128,
+                   false,
+                   ScaleMode::kBlock32});
+  cases.push_back({"d128_cross_wide_keys", std::vector<int>(64, 1), std::vector<int>(64, 63), 2, 2,
+                   128, false, ScaleMode::kExact});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedQuantizeTest, ::testing::ValuesIn(fused_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace flamia::test
