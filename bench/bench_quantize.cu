@@ -22,7 +22,7 @@
 
 #include "bench_util.cuh"
 #include "common/layout.h"
-#include "kernels/backward/async_copy.cuh"
+#include "kernels/hopper/async_copy.cuh"
 #include "kernels/quantize/element_convert.cuh"
 #include "kernels/quantize/quantize.h"
 
@@ -85,15 +85,15 @@ __global__ void __launch_bounds__(kSolThreads)
 #pragma unroll
     for (int h = 0; h < kChunkVectors; ++h) {
       if constexpr (kStaged) {
-        flamia::backward::async_copy_16(&stage[j * kChunkVectors + h][tid], p + h, ok);
+        flamia::hopper::async_copy_16(&stage[j * kChunkVectors + h][tid], p + h, ok);
       } else {
         v[j * kChunkVectors + h] = __ldg(p + h);
       }
     }
   }
   if constexpr (kStaged) {
-    flamia::backward::async_copy_commit();
-    flamia::backward::async_copy_wait_all();
+    flamia::hopper::async_copy_commit();
+    flamia::hopper::async_copy_wait_all();
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kVectors; ++i) v[i] = stage[i][tid];

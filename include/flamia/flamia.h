@@ -46,11 +46,10 @@ typedef enum flamia_key_smoothing {
 /* Where the forward quantizes Q, K and V. The E4M3 bytes and exponents are the same either way
  * (docs/numerics.md §3), and so are the outputs, bit for bit. */
 typedef enum flamia_forward_quantize {
-  FLAMIA_QUANTIZE_AUTO = 0,     /* FUSED for short documents (max_seqlen_q and max_seqlen_k <= 128)
-                                   without key smoothing, else SEPARATE */
+  FLAMIA_QUANTIZE_AUTO = 0,     /* the faster path measured: SEPARATE on every shape so far */
   FLAMIA_QUANTIZE_SEPARATE = 1, /* a quantize pass over the whole tensors, then the attention */
-  FLAMIA_QUANTIZE_FUSED = 2     /* inside the attention kernel, per tile; not with key smoothing
-                                   (FLAMIA_ERROR_UNSUPPORTED) */
+  FLAMIA_QUANTIZE_FUSED = 2     /* inside the attention kernel, per tile (head dim 128, no key
+                                   smoothing; else FLAMIA_ERROR_UNSUPPORTED) */
 } flamia_forward_quantize;
 
 /* A (tokens, heads, head_dim) tensor; strides in elements, head_dim contiguous. */

@@ -105,12 +105,10 @@ QuantizeForwardArgs quantize_forward_args(const flamia_forward_args& a, const Wo
 
 }  // namespace
 
-// FUSED, or AUTO on short documents; never with key smoothing (validation rejects FUSED then).
+// FUSED only: AUTO takes the separate pass, the faster one on every shape measured
+// (docs/results.md, fused quantization). Validation rejects FUSED where it has no kernel.
 bool forward_fuses_quantize(const flamia_forward_args& a) {
-  if (a.problem.key_smoothing != FLAMIA_SMOOTH_NONE) return false;
-  if (a.quantize == FLAMIA_QUANTIZE_FUSED) return true;
-  return a.quantize == FLAMIA_QUANTIZE_AUTO &&
-         forward_fuses_quantize_by_default(packed_shape(a.problem));
+  return a.quantize == FLAMIA_QUANTIZE_FUSED;
 }
 
 namespace {

@@ -14,8 +14,8 @@ SeqlensLimits seqlens_limits(const flamia_problem& problem);
 WorkspaceRequest forward_workspace_request(const flamia_forward_args& args);
 WorkspaceRequest backward_workspace_request(const flamia_backward_args& args);
 
-// Whether the forward quantizes inside its kernel (args.quantize; AUTO: short documents without
-// key smoothing) instead of in a separate pass first.
+// Whether the forward quantizes inside its kernel (args.quantize) instead of in a separate pass
+// first.
 bool forward_fuses_quantize(const flamia_forward_args& args);
 
 // Forward: seqlens check -> quantize -> forward kernel -> poison (on args.stream, no host sync).

@@ -228,6 +228,12 @@ flamia_status check_forward_quantize(const flamia_forward_args& a, const char* w
                 "fused quantization has no key smoothing (use AUTO or SEPARATE)",
                 where);
   }
+  if (quantize == FLAMIA_QUANTIZE_FUSED && !forward_supports_fused_quantize(a.problem.head_dim)) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: quantize = FLAMIA_QUANTIZE_FUSED with problem.head_dim %d is not supported: "
+                "the fused quantization has a kernel for head dim 128 only (use AUTO or SEPARATE)",
+                where, a.problem.head_dim);
+  }
   return FLAMIA_OK;
 }
 

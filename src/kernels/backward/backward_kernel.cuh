@@ -356,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   QueryFactorFetch factors;
   issue_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
   issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
-  async_copy_commit();
+  hopper::async_copy_commit();
   const KeyRowFactors key = load_key_factors(p, item, tile_row);
 
   KeyGradientState<kHeadDim> state;
@@ -369,7 +369,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   state.dk_unit[0] = 0;
   state.dk_unit[1] = 0;
 
-  async_copy_wait_all();
+  hopper::async_copy_wait_all();
   finish_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
   finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
   // The atomic path adds step s's dQ partial (scaled, in `pending_dq`, to `pending`) while step
@@ -383,7 +383,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   while (step.valid(item)) {
     const StepCursor next = step.next(p.group_size);
     issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
-    async_copy_commit();
+    hopper::async_copy_commit();
     float dq[BackwardTile<kHeadDim>::kDqRegisters];
     backward_step<kHeadDim, kBf16Grad, kDebugPHat>(
         p, item, smem, state, key, tile_row, step, unmasked.contains(step.q0), dq, [&] {

@@ -11,7 +11,7 @@
 
 #include <cstdint>
 
-#include "kernels/backward/async_copy.cuh"
+#include "kernels/hopper/async_copy.cuh"
 #include "kernels/backward/backward_config.h"
 #include "kernels/backward/backward_params.h"
 #include "kernels/backward/shared_storage.cuh"
@@ -148,7 +148,7 @@ __device__ __forceinline__ void finish_step_loads(BackwardStorage<kHeadDim, kBf1
                                                   const BackwardParams& p, const KeyTileItem& item,
                                                   const StepCursor& step,
                                                   const QueryFactorFetch& factors) {
-  async_copy_wait_all();
+  hopper::async_copy_wait_all();
   if (step.valid(item)) {
     finish_query_tiles<kHeadDim, kBf16Grad>(smem.stage[step.stage], item, step.q0);
     factors.store<kBf16Grad>(smem.query[step.stage], p, item, step.q0);

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
-#include "kernels/backward/async_copy.cuh"
+#include "kernels/hopper/async_copy.cuh"
 #include "kernels/backward/backward_config.h"
 #include "kernels/backward/backward_params.h"
 #include "kernels/backward/tile_geometry.cuh"
@@ -118,8 +118,8 @@ struct QueryFactorFetch {
     const int i = q0 + t;
     const bool valid = query_visibility_index(item.span, i, p.causal != 0) != kQueryOutside;
     const int64_t at = valid ? int64_t(head) * p.total_q + i : 0;
-    async_copy_small<sizeof(float2)>(&f.softmax_stats[t], p.softmax_stats + 2 * at, valid);
-    async_copy_small<sizeof(float)>(&f.delta[t], p.delta + at, valid);
+    hopper::async_copy_small<sizeof(float2)>(&f.softmax_stats[t], p.softmax_stats + 2 * at, valid);
+    hopper::async_copy_small<sizeof(float)>(&f.delta[t], p.delta + at, valid);
     exponents = pack(valid ? p.q_exp[at] : 0, kQueryExpShift) |
                 pack(valid ? p.d_o_exp[at] : 0, kDoExpShift);
     if (t == 0) {

@@ -15,7 +15,7 @@
 
 #include "common/fp8_numerics.h"
 #include "common/views.h"
-#include "kernels/backward/async_copy.cuh"
+#include "kernels/hopper/async_copy.cuh"
 #include "kernels/backward/backward_config.h"
 #include "kernels/hopper/wgmma.cuh"
 
@@ -68,8 +68,8 @@ struct Fp8RowsCopy : TileVectors<kRows * kRowBytes / kBytesPerVector> {
     for (int k = 0; k < Base::kPerThread; ++k) {
       const int token = first + row0 + k * kSlotRows;
       const bool inside = valid.contains(token);
-      async_copy_16(slot0 + k * kSlotRows * kRowBytes,
-                    head_base + (inside ? int64_t(token) * token_pitch + byte : 0), inside);
+      hopper::async_copy_16(slot0 + k * kSlotRows * kRowBytes,
+                            head_base + (inside ? int64_t(token) * token_pitch + byte : 0), inside);
     }
   }
 };
@@ -119,8 +119,9 @@ struct Fp8TokenMajorCopy : TileVectors<kRows * kTokens / kBytesPerVector> {
 #pragma unroll
     for (int k = 0; k < Base::kPerThread; ++k) {
       const int row = row0 + k * kSlotRows;
-      async_copy_16(slot0 + k * kSlotRows * kTokens,
-                    head_base + (any ? int64_t(row) * padded_tokens + group_first : 0), any);
+      hopper::async_copy_16(slot0 + k * kSlotRows * kTokens,
+                            head_base + (any ? int64_t(row) * padded_tokens + group_first : 0),
+                            any);
     }
   }
   __device__ __forceinline__ static void mask_partial_groups(uint8_t* tile, int first,
@@ -173,8 +174,9 @@ struct Bf16RowsCopy : TileVectors<kRows * kD / kBf16PerVector> {
     for (int k = 0; k < Base::kPerThread; ++k) {
       const int token = first + row0 + k * kSlotRows;
       const bool inside = valid.contains(token);
-      async_copy_16(slot0 + k * kSlotRows * kPanelBytes,
-                    inside ? bf16_row(view, token, head) + 2 * e : bf16_row(view, 0, 0), inside);
+      hopper::async_copy_16(slot0 + k * kSlotRows * kPanelBytes,
+                            inside ? bf16_row(view, token, head) + 2 * e : bf16_row(view, 0, 0),
+                            inside);
     }
   }
 };

@@ -93,22 +93,23 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
                                               p.cu_seqlens_q, p.cu_seqlens_k, p.causal != 0)
                            : RowKeyRange{0, row_local[r]};
   const int q_buffer = item_count % Tile::kQBuffers;
-  auto wait_q_tile = [&] {
-    hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
-  };
-  if constexpr (kFusedQuantize) wait_q_tile();  // its row exponents come with it
   RowState state;
+  // Each row's factor from its exponent: the quantize pass's (global memory, read before the Q
+  // tile is waited for), or the fused producer's (shared memory, after it).
+  auto init_rows = [&] {
 #pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
-    const bool valid = row_local[r] < w.geo.q_len;
-    int q_exp = 0;
-    if (valid && kFusedQuantize) q_exp = smem.fused_q_exp[q_buffer][rows.thread_row0 + 8 * r];
-    if (valid && !kFusedQuantize)
-      q_exp = p.q_exp[size_t(w.head) * p.total_q + w.geo.q_start + row_local[r]];
-    state.row_factor[r] = query_row_factor(p.scale_log2, q_exp);
-    state.row_max[r] = -INFINITY;
-    state.row_sum[r] = 0.0f;
-  }
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      const bool valid = row_local[r] < w.geo.q_len;
+      int q_exp = 0;
+      if (valid && kFusedQuantize) q_exp = smem.fused_q_exp[q_buffer][rows.thread_row0 + 8 * r];
+      if (valid && !kFusedQuantize)
+        q_exp = p.q_exp[size_t(w.head) * p.total_q + w.geo.q_start + row_local[r]];
+      state.row_factor[r] = query_row_factor(p.scale_log2, q_exp);
+      state.row_max[r] = -INFINITY;
+      state.row_sum[r] = 0.0f;
+    }
+  };
+  if constexpr (!kFusedQuantize) init_rows();
   // O accumulator, then this tile's row-sum registers (zeroed before each P̂·V̂ MMA).
   float acc[Tile::kAccumulatorRegisters];
 #pragma unroll
@@ -116,7 +117,8 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
 
   const uint64_t desc_q = hopper::make_smem_desc(
       hopper::smem_addr(smem.q[q_buffer] + tile_row0 * kHeadDim), qk_swizzle<kHeadDim>());
-  if constexpr (!kFusedQuantize) wait_q_tile();
+  hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
+  if constexpr (kFusedQuantize) init_rows();
   uint32_t a[kBlockN / 32][4];
   float reference_inv_value_scale;  // 2^-ev_ref of the tile (producer.cuh)
   // Scores of tile n (already in s) -> t, p, the P̂ operand `a`, and what l needs from the

@@ -9,7 +9,8 @@
 namespace flamia {
 
 // Fused quantization: the kernel's producer quantizes the BF16 inputs itself (no separate pass;
-// docs/numerics.md §3 unchanged, bit for bit). Not with key smoothing.
+// docs/numerics.md §3 unchanged, bit for bit). Not with key smoothing; head dim 128. Measured
+// slower than the separate pass on the H200 (docs/results.md), so only on request.
 struct FusedQuantizeInputs {
   bool enabled = false;
   Bf16View q, k, v;
@@ -31,10 +32,8 @@ struct ForwardKernelArgs {
   FusedQuantizeInputs fused;  // when enabled, `in` is not read
 };
 
-// Documents up to this many queries and keys take the fused quantization by default: the
-// separate pass costs more than it saves there (docs/results.md, fused quantization).
-constexpr int kFusedQuantizeMaxSeqlen = 128;
-bool forward_fuses_quantize_by_default(const PackedShape& shape);
+// Head dims with a fused-quantization kernel (128).
+bool forward_supports_fused_quantize(int head_dim);
 
 size_t forward_scheduler_workspace_bytes(const PackedShape& shape);
 bool forward_supports_head_dim(int head_dim);

@@ -37,11 +37,13 @@ struct ForwardTile {
   static_assert(kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters <=
                     (1 + kConsumerWarpgroups) * (kRegisterFile / kThreads / 8 * 8),
                 "register split within the launch allocation");
-  // With fused quantization the producer converts BF16 rows itself (fused_quantize.cuh).
-  static constexpr int kFusedProducerRegisters = kHeadDim == 64 ? 80 : 56;
-  static constexpr int kFusedConsumerRegisters = kHeadDim == 64 ? 144 : 224;
-  static_assert(kFusedProducerRegisters + kConsumerWarpgroups * kFusedConsumerRegisters <=
-                    (1 + kConsumerWarpgroups) * (kRegisterFile / kThreads / 8 * 8),
+  // With fused quantization (head dim 128 only: at 64 its consumers spilled) the producer
+  // converts BF16 rows itself (fused_quantize.cuh).
+  static constexpr int kFusedProducerRegisters = 72;
+  static constexpr int kFusedConsumerRegisters = 216;
+  static_assert(kHeadDim != 128 ||
+                    kFusedProducerRegisters + kConsumerWarpgroups * kFusedConsumerRegisters <=
+                        (1 + kConsumerWarpgroups) * (kRegisterFile / kThreads / 8 * 8),
                 "register split within the launch allocation");
   static constexpr int kBlockM = kRowsPerConsumer * kConsumerWarpgroups;  // query rows per tile
   // Keys per tile: wide tiles amortize the per-tile softmax overheads (row reductions, offsets,

@@ -68,7 +68,8 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   const PackedShape& s = args.shape;
   ForwardParams params{};
   const bool fused = args.fused.enabled;
-  if (fused && args.debug_p_hat) return cudaErrorInvalidValue;  // no debug instantiation
+  if (fused && (args.debug_p_hat || !forward_supports_fused_quantize(kHeadDim)))
+    return cudaErrorInvalidValue;  // no such instantiation
   cudaError_t err = fused ? cudaSuccess : make_maps<kHeadDim>(args, &params);
   if (err != cudaSuccess) return err;
   params.fused_q = args.fused.q;
@@ -101,9 +102,11 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
 
   constexpr size_t kShared = forward::forward_shared_bytes<kHeadDim>();
   params.debug_p_hat = args.debug_p_hat;
-  auto kernel = fused              ? forward::forward_kernel<kHeadDim, false, true>
-                : args.debug_p_hat ? forward::forward_kernel<kHeadDim, true, false>
-                                   : forward::forward_kernel<kHeadDim, false, false>;
+  auto kernel = args.debug_p_hat ? forward::forward_kernel<kHeadDim, true, false>
+                                 : forward::forward_kernel<kHeadDim, false, false>;
+  if constexpr (kHeadDim == 128) {
+    if (fused) kernel = forward::forward_kernel<kHeadDim, false, true>;
+  }
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
   if (err != cudaSuccess) return err;
   const int64_t max_items = forward::max_work_items(s, Tile::kBlockM);
@@ -120,9 +123,8 @@ size_t forward_scheduler_workspace_bytes(const PackedShape& shape) {
   return forward::schedule_workspace_bytes(shape, block_m);
 }
 
-bool forward_fuses_quantize_by_default(const PackedShape& shape) {
-  return shape.max_seqlen_q <= kFusedQuantizeMaxSeqlen &&
-         shape.max_seqlen_k <= kFusedQuantizeMaxSeqlen;
+bool forward_supports_fused_quantize(int head_dim) {
+  return head_dim == 128;
 }
 
 bool forward_supports_head_dim(int head_dim) {

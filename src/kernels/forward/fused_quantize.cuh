@@ -5,10 +5,13 @@
 // more than the whole attention there (docs/results.md). Key smoothing is not fused (the API
 // runs the separate pass for it).
 //
-// One token row per producer thread (and loop). Bytes of tokens outside the work item are 0,
-// so masked keys and rows hold finite operands, as the TMA path's neighbouring tokens do.
-// block32 (§2): a token's block lies inside its document and within kScaleBlockHalo tokens of
-// the tile, so the per-token amax of the tile and its halo goes through shared memory first.
+// The BF16 rows of a tile arrive by cp.async in a staging slot (two slots: the next tile's
+// rows load while this one is converted; run_fused_producer), each thread copying exactly the
+// 16-byte parts it converts later, so no barrier is needed between the copies and the reads.
+// Bytes of tokens outside the work item are 0, so masked keys and rows hold finite operands,
+// as the TMA path's neighbouring tokens do. block32 (§2): a token's block lies inside its
+// document and within kScaleBlockHalo tokens of the tile, so the per-token amax of the tile and
+// its halo (read from global memory: rarely inside the item) goes through shared memory first.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,6 +19,7 @@
 #include "common/sorted_search.h"
 #include "kernels/forward/forward_params.h"
 #include "kernels/forward/shared_storage.cuh"
+#include "kernels/hopper/async_copy.cuh"
 #include "kernels/hopper/sync.cuh"
 #include "kernels/hopper/wgmma.cuh"
 #include "kernels/quantize/element_convert.cuh"
@@ -24,7 +28,6 @@
 namespace flamia::forward {
 
 constexpr int kProducerBarrier = 1;  // named barrier of the producer warpgroup (0: __syncthreads)
-using quantize::kChunkChannels;
 
 __device__ __forceinline__ void producer_sync() {
   hopper::named_barrier_sync(kProducerBarrier, kWarpgroupThreads);
@@ -48,91 +51,187 @@ struct ItemTokens {
   }
 };
 
-// 16 channels of token t's BF16 row as FP32.
+// The producer reads a tile's BF16 rows coalesced: each token row is split over
+// RowLanes::kLanes lanes of one warp, 8 channels (16 bytes) a lane, so one warp load covers
+// kTokensPerWarp whole rows, and a row's amax is a reduction over its lanes.
+constexpr int kChannelsPerLane = 8;
 template <int kHeadDim>
-__device__ __forceinline__ void load_row_chunk(const Bf16View& src, int head, int t, int chunk,
-                                               float (&x)[kChunkChannels]) {
-  const uint4* p = reinterpret_cast<const uint4*>(
-      static_cast<const __nv_bfloat16*>(src.data) + int64_t(t) * src.token_stride +
-      int64_t(head) * src.head_stride + chunk * kChunkChannels);
-  quantize::unpack_chunk(quantize::Bf16Chunk{{__ldg(p), __ldg(p + 1)}}, x);
+struct RowLanes {
+  static constexpr int kLanes = kHeadDim / kChannelsPerLane;  // 16 at D = 128, 8 at D = 64
+  static constexpr int kTokensPerWarp = 32 / kLanes;
+  static constexpr int kTokensPerStep = kTokensPerWarp * (kWarpgroupThreads / 32);
+};
+
+__device__ __forceinline__ const uint4* row_part_address(const Bf16View& src, int head, int t,
+                                                         int part) {
+  return reinterpret_cast<const uint4*>(static_cast<const __nv_bfloat16*>(src.data) +
+                                        int64_t(t) * src.token_stride +
+                                        int64_t(head) * src.head_stride) +
+         part;
 }
 
+// One tile's rows in shared memory: row r's BF16 channels at staged + r * kHeadDim * 2.
 template <int kHeadDim>
-__device__ __forceinline__ float token_amax(const Bf16View& src, int head, int t) {
-  float amax = 0.0f;
-#pragma unroll 2
-  for (int chunk = 0; chunk < kHeadDim / kChunkChannels; ++chunk) {
-    float x[kChunkChannels];
-    load_row_chunk<kHeadDim>(src, head, t, chunk, x);
-    amax = fmaxf(amax, quantize::chunk_amax(x));
+__device__ __forceinline__ uint4 staged_part(const uint8_t* staged, int row, int part) {
+  return *reinterpret_cast<const uint4*>(staged + row * kHeadDim * 2 + part * 16);
+}
+
+__device__ __forceinline__ void unpack_part(const uint4& bits, float (&x)[kChannelsPerLane]) {
+  const uint32_t w[4] = {bits.x, bits.y, bits.z, bits.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {  // BF16 -> FP32 is exact: the high half of the FP32 bits
+    x[2 * i] = __uint_as_float(w[i] << 16);
+    x[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
   }
-  return amax;
+}
+
+// max |x| over a row: the lane's part, then its row's lanes (NaN ignored, as fmaxf does).
+template <int kHeadDim>
+__device__ __forceinline__ float row_amax(const float (&x)[kChannelsPerLane]) {
+  float a = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kChannelsPerLane; ++i) a = fmaxf(a, fabsf(x[i]));
+#pragma unroll
+  for (int mask = 1; mask < RowLanes<kHeadDim>::kLanes; mask *= 2)
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, mask));
+  return a;
+}
+
+// Issues the cp.async copies of the tile's rows inside the item into `staged` (this thread's
+// parts: the ones quantize_tile has it convert). The caller commits the group.
+template <int kHeadDim, int kRows>
+__device__ __forceinline__ void stage_tile(const Bf16View& src, int head, int tile_first,
+                                           const ItemTokens& item, uint8_t* staged) {
+  using Lanes = RowLanes<kHeadDim>;
+  const int tid = threadIdx.x % kWarpgroupThreads;
+  const int part = tid % Lanes::kLanes;
+  const int row0 = tid / Lanes::kLanes;
+#pragma unroll 4
+  for (int row = row0; row < kRows; row += Lanes::kTokensPerStep) {
+    const int t = tile_first + row;
+    if (item.inside(t))
+      hopper::async_copy_16(staged + row * kHeadDim * 2 + part * 16,
+                            row_part_address(src, head, t, part), true);
+  }
 }
 
 // Where a tile's bytes go: token rows (Q̂, K̂: one swizzled row per token) or token columns
 // (V̂ᵀ: one byte per channel row, in the key's permuted slot).
 enum class TileLayout { kRows, kColumns };
 
+// q8(x * 2^-e) of the lane's 8 channels (part `part` of the row) into the tile.
 template <int kHeadDim, TileLayout kLayout>
-__device__ __forceinline__ void store_codes(uint8_t* tile, int row, int chunk,
-                                            const uint32_t (&codes)[quantize::kCodeWords]) {
+__device__ __forceinline__ void store_part(uint8_t* tile, int row, int part,
+                                           const float (&x)[kChannelsPerLane], float inv_scale,
+                                           bool inside) {
+  uint32_t codes[2] = {0u, 0u};
+  if (inside) {
+#pragma unroll
+    for (int w = 0; w < 2; ++w) {
+      const uint32_t lo = quantize::encode_e4m3x2(__fmul_rn(x[4 * w], inv_scale),
+                                                  __fmul_rn(x[4 * w + 1], inv_scale));
+      const uint32_t hi = quantize::encode_e4m3x2(__fmul_rn(x[4 * w + 2], inv_scale),
+                                                  __fmul_rn(x[4 * w + 3], inv_scale));
+      codes[w] = lo | hi << 16;
+    }
+  }
   if constexpr (kLayout == TileLayout::kRows) {
     constexpr int kRowBytes = kHeadDim;  // the Q̂/K̂ swizzle (qk_swizzle)
-    *reinterpret_cast<uint4*>(tile + hopper::swizzled_offset<kRowBytes>(row, chunk * 16)) =
-        make_uint4(codes[0], codes[1], codes[2], codes[3]);
+    *reinterpret_cast<uint2*>(tile +
+                              hopper::swizzled_offset<kRowBytes>(row, part * kChannelsPerLane)) =
+        make_uint2(codes[0], codes[1]);
   } else {
     const int slot =
         row / kPermutationGroup * kPermutationGroup + permuted_slot(row % kPermutationGroup);
+    // Channel rows are 128 bytes apart and swizzled by (row & 7): the lanes of a warp (one per
+    // part) start at different channels mod 8, so that they hit different banks. Byte j of
+    // `rotated` is channel (j + part) % 8 of the part.
+    const uint64_t bytes = uint64_t(codes[1]) << 32 | codes[0];
+    const int shift = 8 * (part % kChannelsPerLane);
+    const uint64_t rotated = shift == 0 ? bytes : (bytes >> shift | bytes << (64 - shift));
 #pragma unroll
-    for (int i = 0; i < kChunkChannels; ++i)
-      tile[hopper::swizzled_offset<128>(chunk * kChunkChannels + i, slot)] =
-          uint8_t(codes[i / 4] >> (8 * (i % 4)));
+    for (int j = 0; j < kChannelsPerLane; ++j) {
+      const int i = (j + part) % kChannelsPerLane;
+      tile[hopper::swizzled_offset<128>(part * kChannelsPerLane + i, slot)] =
+          uint8_t(rotated >> (8 * j));
+    }
   }
 }
 
 // Quantizes the kRows token rows of one tile (token tile_first + row, for row < kRows) of
-// `head` into `tile`, and each row's exponent into exponents[row] (0 outside the item).
-// `amax_window` (block32 only): kRows + 2 * kScaleBlockHalo entries of scratch. All producer
-// threads call it (it synchronizes them).
+// `head` from their staged copy (stage_tile, landed) into `tile`, and each row's exponent into
+// exponents[row] (0 outside the item).
+// `amax_window` (block32 only): kRows + 2 * kScaleBlockHalo entries of scratch, `block_of_row`
+// kRows entries (each row's block, relative to the window). All producer threads call it (it
+// synchronizes them in block32 mode: the rows' amax go through amax_window first, with the
+// halo rows of blocks that cross the tile's edges).
 template <int kHeadDim, int kRows, TileLayout kLayout>
-__device__ __forceinline__ void quantize_tile(const Bf16View& src, int head, int tile_first,
-                                              const ItemTokens& item, bool block32, uint8_t* tile,
-                                              int8_t* exponents, uint32_t* amax_window) {
-  constexpr int kChunks = kHeadDim / kChunkChannels;
+__device__ __forceinline__ void quantize_tile(const uint8_t* staged, const Bf16View& src, int head,
+                                              int tile_first, const ItemTokens& item, bool block32,
+                                              uint8_t* tile, int8_t* exponents,
+                                              uint32_t* amax_window, uint32_t* block_of_row) {
+  using Lanes = RowLanes<kHeadDim>;
+  static_assert(kRows % Lanes::kTokensPerStep == 0, "whole steps");
+  constexpr int kSteps = kRows / Lanes::kTokensPerStep;
   const int tid = threadIdx.x % kWarpgroupThreads;
+  const int part = tid % Lanes::kLanes;  // the lane's 8 channels of its row
+  const int row0 = tid / Lanes::kLanes;  // its row in each step: row0 + step * kTokensPerStep
   const int window_first = tile_first - kScaleBlockHalo;
   if (block32) {
-    for (int i = tid; i < kRows + 2 * kScaleBlockHalo; i += kWarpgroupThreads) {
+    constexpr int kWindowSteps = (kRows + 2 * kScaleBlockHalo) / Lanes::kTokensPerStep;
+    for (int step = 0; step < kWindowSteps; ++step) {
+      const int i = row0 + step * Lanes::kTokensPerStep;
       const int t = window_first + i;
-      if (item.inside(t)) amax_window[i] = quantize::amax_bits(token_amax<kHeadDim>(src, head, t));
+      const bool inside = item.inside(t);
+      if (!__any_sync(0xffffffffu, inside)) continue;  // the halo is mostly outside the item
+      const int row = i - kScaleBlockHalo;             // in the tile when 0 <= row < kRows
+      uint4 bits = make_uint4(0, 0, 0, 0);
+      if (inside && row >= 0 && row < kRows) bits = staged_part<kHeadDim>(staged, row, part);
+      if (inside && (row < 0 || row >= kRows)) bits = __ldg(row_part_address(src, head, t, part));
+      float x[kChannelsPerLane];
+      unpack_part(bits, x);
+      const float amax = row_amax<kHeadDim>(x);
+      if (inside && part == 0) amax_window[i] = quantize::amax_bits(amax);
+    }
+    for (int row = tid; row < kRows; row += kWarpgroupThreads) {  // one document search a row
+      const int t = tile_first + row;
+      const quantize::TokenRange block =
+          item.inside(t) ? item.block32(t) : quantize::TokenRange{t, t};
+      block_of_row[row] = uint32_t(block.begin - window_first) | uint32_t(block.end - window_first)
+                                                                     << 16;
     }
     producer_sync();
   }
-  for (int row = tid; row < kRows; row += kWarpgroupThreads) {
+#pragma unroll 2
+  for (int step = 0; step < kSteps; ++step) {
+    const int row = row0 + step * Lanes::kTokensPerStep;
     const int t = tile_first + row;
     const bool inside = item.inside(t);
-    int e = 0;
-    if (inside && block32) {
-      const quantize::TokenRange block = item.block32(t);
-      uint32_t bits = 0;
-      for (int u = block.begin; u < block.end; ++u) bits = max(bits, amax_window[u - window_first]);
-      e = scale_exponent(__uint_as_float(bits));
-    } else if (inside) {
-      e = scale_exponent(token_amax<kHeadDim>(src, head, t));
+    if (!__any_sync(0xffffffffu, inside)) {  // the warp's rows are all outside: zeros only
+      const float zeros[kChannelsPerLane] = {};
+      if (part == 0) exponents[row] = 0;
+      store_part<kHeadDim, kLayout>(tile, row, part, zeros, 1.0f, false);
+      continue;
     }
-    exponents[row] = int8_t(e);
-    const float inv_scale = exp2_int(-e);
-#pragma unroll 2
-    for (int chunk = 0; chunk < kChunks; ++chunk) {
-      uint32_t codes[quantize::kCodeWords] = {0u, 0u, 0u, 0u};
-      if (inside) {
-        float x[kChunkChannels];
-        load_row_chunk<kHeadDim>(src, head, t, chunk, x);
-        quantize::encode_chunk(x, inv_scale, codes);
-      }
-      store_codes<kHeadDim, kLayout>(tile, row, chunk, codes);
+    float x[kChannelsPerLane];
+    unpack_part(inside ? staged_part<kHeadDim>(staged, row, part) : make_uint4(0, 0, 0, 0), x);
+    float amax;
+    if (block32) {
+      // the block's amax: its (at most 32) window entries spread over the row's lanes
+      const uint32_t block = block_of_row[row];
+      uint32_t a = 0;
+      for (int u = int(block & 0xFFFFu) + part; u < int(block >> 16); u += Lanes::kLanes)
+        a = max(a, amax_window[u]);
+#pragma unroll
+      for (int mask = 1; mask < Lanes::kLanes; mask *= 2)
+        a = max(a, __shfl_xor_sync(0xffffffffu, a, mask));
+      amax = __uint_as_float(a);
+    } else {
+      amax = row_amax<kHeadDim>(x);
     }
+    const int e = inside ? scale_exponent(amax) : 0;
+    if (part == 0) exponents[row] = int8_t(e);
+    store_part<kHeadDim, kLayout>(tile, row, part, x, exp2_int(-e), inside);
   }
   if (block32) producer_sync();  // amax_window is free again
 }

@@ -149,9 +149,56 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p,
   }
 }
 
-// The producer of the fused forward (ForwardParams::fused_*): the same ring protocol, but it
-// quantizes each tile from the BF16 inputs itself (fused_quantize.cuh) instead of issuing TMA
-// loads, so every producer thread arrives on the full barriers.
+// The fused producer's sequence of tiles: each work item's Q tile, then V and K of each key
+// tile. The rows of the next tile are copied into the other staging slot while this one is
+// quantized (stage_tile / quantize_tile).
+enum class FusedTile { kQ, kV, kK };
+
+struct FusedStep {
+  int index;  // the work item
+  int n;      // its key tile (kV, kK)
+  FusedTile tile;
+};
+
+__device__ __forceinline__ FusedStep next_fused_step(const FusedStep& s, const WorkItem& w) {
+  switch (s.tile) {
+    case FusedTile::kQ:
+      if (w.geo.n_tiles > 0) return {s.index, 0, FusedTile::kV};
+      break;
+    case FusedTile::kV:
+      return {s.index, s.n, FusedTile::kK};
+    case FusedTile::kK:
+      if (s.n + 1 < w.geo.n_tiles) return {s.index, s.n + 1, FusedTile::kV};
+      break;
+  }
+  return {s.index + int(gridDim.x), 0, FusedTile::kQ};
+}
+
+__device__ __forceinline__ ItemTokens item_queries(const ForwardParams& p, const WorkItem& w) {
+  return {w.geo.q_start, w.geo.q_start + w.geo.q_len, p.cu_seqlens_q, w.geo.first_doc,
+          w.geo.doc_count};
+}
+__device__ __forceinline__ ItemTokens item_keys(const ForwardParams& p, const WorkItem& w) {
+  return {w.geo.k_start, w.geo.k_start + w.geo.k_len, p.cu_seqlens_k, w.geo.first_doc,
+          w.geo.doc_count};
+}
+
+template <int kHeadDim>
+__device__ __forceinline__ void stage_fused_step(const ForwardParams& p, const FusedStep& s,
+                                                 const WorkItem& w, uint8_t* staged) {
+  using Tile = ForwardTile<kHeadDim>;
+  const int key_tile_start = w.geo.k_tile_base + s.n * Tile::kBlockN;
+  if (s.tile == FusedTile::kQ)
+    stage_tile<kHeadDim, Tile::kBlockM>(p.fused_q, w.head, w.geo.q_start + w.geo.q0,
+                                        item_queries(p, w), staged);
+  else
+    stage_tile<kHeadDim, Tile::kBlockN>(s.tile == FusedTile::kV ? p.fused_v : p.fused_k, w.kv_head,
+                                        key_tile_start, item_keys(p, w), staged);
+}
+
+// The producer of the fused forward (ForwardParams::fused_*): the same ring protocol as
+// run_producer, but it quantizes each tile from the BF16 inputs itself (fused_quantize.cuh)
+// instead of issuing TMA loads, so every producer thread arrives on the full barriers.
 template <int kHeadDim>
 __device__ __forceinline__ void run_fused_producer(const ForwardParams& p,
                                                    SharedStorage<kHeadDim>& smem) {
@@ -159,37 +206,49 @@ __device__ __forceinline__ void run_fused_producer(const ForwardParams& p,
   hopper::warpgroup_registers_decrease<Tile::kFusedProducerRegisters>();
   const bool block32 = p.fused_block32 != 0;
   const int items = work_item_count(p);
-  int iteration = 0;
-  int item_count = 0;
-  for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
-    const WorkItem w = work_item<Tile::kBlockM, Tile::kBlockN>(p, index);
-    const int buffer = item_count % Tile::kQBuffers;
-    if (item_count >= Tile::kQBuffers)
-      hopper::mbarrier_wait(&smem.q_empty[buffer], ((item_count / Tile::kQBuffers) & 1) ^ 1);
-    const ItemTokens queries{w.geo.q_start, w.geo.q_start + w.geo.q_len, p.cu_seqlens_q,
-                             w.geo.first_doc, w.geo.doc_count};
-    quantize_tile<kHeadDim, Tile::kBlockM, TileLayout::kRows>(
-        p.fused_q, w.head, w.geo.q_start + w.geo.q0, queries, block32, smem.q[buffer],
-        smem.fused_q_exp[buffer], smem.fused_amax[kAmaxOfQ]);
-    hopper::fence_proxy_async_shared();  // the S = Q̂K̂ᵀ wgmma reads the tile
-    hopper::mbarrier_arrive(&smem.q_full[buffer]);
-
-    const ItemTokens keys{w.geo.k_start, w.geo.k_start + w.geo.k_len, p.cu_seqlens_k,
-                          w.geo.first_doc, w.geo.doc_count};
-    for (int n = 0; n < w.geo.n_tiles; ++n, ++iteration) {
-      const int stage = iteration % Tile::kStages;
-      const uint32_t reuse_phase = ((iteration / Tile::kStages) & 1) ^ 1;
-      const int key_tile_start = w.geo.k_tile_base + n * Tile::kBlockN;
+  if (int(blockIdx.x) >= items) return;
+  FusedStep step{int(blockIdx.x), 0, FusedTile::kQ};
+  WorkItem w = work_item<Tile::kBlockM, Tile::kBlockN>(p, step.index);
+  stage_fused_step<kHeadDim>(p, step, w, smem.fused_stage[0]);
+  hopper::async_copy_commit();
+  int iteration = 0;   // key tiles so far (the K/V ring position)
+  int item_count = 0;  // work items so far (the Q buffer)
+  for (int slot = 0;; slot ^= 1) {
+    const FusedStep next = next_fused_step(step, w);
+    const bool has_next = next.index < items;
+    const WorkItem next_item = !has_next || next.index == step.index
+                                   ? w
+                                   : work_item<Tile::kBlockM, Tile::kBlockN>(p, next.index);
+    if (has_next) stage_fused_step<kHeadDim>(p, next, next_item, smem.fused_stage[slot ^ 1]);
+    hopper::async_copy_commit();
+    hopper::async_copy_wait_pending<1>();  // this step's rows (this thread's parts) landed
+    const uint8_t* staged = smem.fused_stage[slot];
+    const int stage = iteration % Tile::kStages;
+    const int key_tile_start = w.geo.k_tile_base + step.n * Tile::kBlockN;
+    if (step.tile == FusedTile::kQ) {
+      const int buffer = item_count % Tile::kQBuffers;
+      if (item_count >= Tile::kQBuffers)
+        hopper::mbarrier_wait(&smem.q_empty[buffer], ((item_count / Tile::kQBuffers) & 1) ^ 1);
+      quantize_tile<kHeadDim, Tile::kBlockM, TileLayout::kRows>(
+          staged, p.fused_q, w.head, w.geo.q_start + w.geo.q0, item_queries(p, w), block32,
+          smem.q[buffer], smem.fused_q_exp[buffer], smem.fused_amax[kAmaxOfQ],
+          smem.fused_block[kAmaxOfQ]);
+      hopper::fence_proxy_async_shared();  // the S = Q̂K̂ᵀ wgmma reads the tile
+      hopper::mbarrier_arrive(&smem.q_full[buffer]);
+      ++item_count;
+    } else if (step.tile == FusedTile::kV) {
       if (iteration >= Tile::kStages) {
+        const uint32_t reuse_phase = ((iteration / Tile::kStages) & 1) ^ 1;
         hopper::mbarrier_wait(&smem.k_empty[stage], reuse_phase);
         hopper::mbarrier_wait(&smem.v_empty[stage], reuse_phase);
       }
       quantize_tile<kHeadDim, Tile::kBlockN, TileLayout::kColumns>(
-          p.fused_v, w.kv_head, key_tile_start, keys, block32, smem.vt[stage][0],
-          smem.fused_value_exp[stage], smem.fused_amax[kAmaxOfV]);
+          staged, p.fused_v, w.kv_head, key_tile_start, item_keys(p, w), block32, smem.vt[stage][0],
+          smem.fused_value_exp[stage], smem.fused_amax[kAmaxOfV], smem.fused_block[kAmaxOfV]);
+    } else {
       quantize_tile<kHeadDim, Tile::kBlockN, TileLayout::kRows>(
-          p.fused_k, w.kv_head, key_tile_start, keys, block32, smem.k[stage],
-          smem.fused_key_exp[stage], smem.fused_amax[kAmaxOfK]);
+          staged, p.fused_k, w.kv_head, key_tile_start, item_keys(p, w), block32, smem.k[stage],
+          smem.fused_key_exp[stage], smem.fused_amax[kAmaxOfK], smem.fused_block[kAmaxOfK]);
       producer_sync();  // every key's exponents are written
       const StageExponents exponents{smem.fused_key_exp[stage], smem.fused_value_exp[stage]};
       const uint8_t row_sum_byte =
@@ -198,8 +257,13 @@ __device__ __forceinline__ void run_fused_producer(const ForwardParams& p,
       hopper::fence_proxy_async_shared();  // the wgmmas read K̂ and V̂ᵀ with its row-sum rows
       hopper::mbarrier_arrive(&smem.k_full[stage]);
       hopper::mbarrier_arrive(&smem.v_full[stage]);
+      ++iteration;
     }
+    if (!has_next) break;
+    step = next;
+    w = next_item;
   }
+  hopper::async_copy_wait_all();
 }
 
 }  // namespace flamia::forward

@@ -27,10 +27,14 @@ struct alignas(1024) SharedStorage {
   // keys and values (the producer's factors), and the block32 amax windows.
   static constexpr int kWindowRows =
       (Tile::kBlockM > Tile::kBlockN ? Tile::kBlockM : Tile::kBlockN) + 2 * kScaleBlockHalo;
+  // Fused quantization only: two slots of BF16 rows (one tile's; fused_quantize.cuh).
+  static constexpr int kStagedRows = Tile::kBlockM > Tile::kBlockN ? Tile::kBlockM : Tile::kBlockN;
+  alignas(128) uint8_t fused_stage[2][kStagedRows * kHeadDim * 2];
   int8_t fused_q_exp[Tile::kQBuffers][Tile::kBlockM];
   int8_t fused_key_exp[Tile::kStages][Tile::kBlockN];
   int8_t fused_value_exp[Tile::kStages][Tile::kBlockN];
   uint32_t fused_amax[kAmaxWindows][kWindowRows];
+  uint32_t fused_block[kAmaxWindows][kWindowRows - 2 * kScaleBlockHalo];
   uint64_t q_full[Tile::kQBuffers];   // Q tile landed
   uint64_t q_empty[Tile::kQBuffers];  // both consumers finished their last S = Q̂K̂ᵀ of the item
   uint64_t k_full[Tile::kStages];     // K̂ tile landed and its per-key factors written
