@@ -8,7 +8,10 @@ The C library (libflamia.so) is loaded on first use, so importing this package, 
 torch ops (torch.ops.flamia.fwd / bwd) and tracing them on fake or meta tensors work on machines
 without the library or a GPU. Set FLAMIA_LIBRARY to choose the library, FLAMIA_LOG=1 to log which
 kernel path runs, FLAMIA_CHECK_DEVICE=1 to synchronise after each call and report cu_seqlens
-errors found on the device (debugging only; not during CUDA graph capture).
+errors found on the device (debugging only; not during CUDA graph capture), and
+FLAMIA_FORWARD_QUANTIZE=fused to quantize inside the forward kernel instead of in a separate pass
+(the same outputs bit for bit; slower on every shape measured, for benchmarks: auto / separate
+are the default).
 """
 
 from . import _ops  # noqa: F401  (registers torch.ops.flamia.fwd and torch.ops.flamia.bwd)
