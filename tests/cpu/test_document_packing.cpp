@@ -35,17 +35,18 @@ Plan plan(const std::vector<int32_t>& cu_q, const std::vector<int32_t>& cu_k) {
     for (int j = doc; j < doc + d.doc_count; ++j) ++out.covered[j];
     if (d.doc_count == 1) continue;
     ++out.segments;
-    const int window = packing_window(cu_q.data(), doc);
+    const int window = packing_window(cu_q.data(), doc, kBlockM);
     EXPECT_EQ(d.blocks, 1);
-    EXPECT_LT(cu_q[doc + d.doc_count] - cu_q[doc], kBlockM) << "a segment fits one query tile";
+    EXPECT_LE(cu_q[doc + d.doc_count] - cu_q[doc], kBlockM) << "a segment fits one query tile";
+    EXPECT_EQ(cu_q[doc] / kBlockM, (cu_q[doc + d.doc_count] - 1) / kBlockM) << "in one window";
     for (int j = doc; j < doc + d.doc_count; ++j) {
-      EXPECT_TRUE(packable(cu_q.data(), cu_k.data(), j));
-      EXPECT_EQ(packing_window(cu_q.data(), j), window);
+      EXPECT_TRUE(packable(cu_q.data(), cu_k.data(), j, kBlockM));
+      EXPECT_EQ(packing_window(cu_q.data(), j, kBlockM), window);
     }
     const int after = doc + d.doc_count;  // maximal: the next document does not belong
     if (after < batch) {
-      EXPECT_FALSE(packable(cu_q.data(), cu_k.data(), after) &&
-                   packing_window(cu_q.data(), after) == window);
+      EXPECT_FALSE(packable(cu_q.data(), cu_k.data(), after, kBlockM) &&
+                   packing_window(cu_q.data(), after, kBlockM) == window);
     }
   }
   return out;
@@ -61,8 +62,8 @@ TEST(DocumentPacking, TinyDocumentsShareTiles) {
   const std::vector<int32_t> cu = cu_seqlens_from_lengths(lens);
   const Plan p = plan(cu, cu);
   expect_every_document_once(lens, p);
-  EXPECT_EQ(p.segments, 512);  // four 16-token documents per 64-position window
-  EXPECT_EQ(p.items, 512);
+  EXPECT_EQ(p.segments, 256);  // eight 16-token documents per 128-position window
+  EXPECT_EQ(p.items, 256);
 }
 
 TEST(DocumentPacking, LongAndEmptyDocumentsAreNotPacked) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "flamia/flamia.h"
+#include "api_test_support.h"
 #include "gpu_test_utils.h"
 #include "reference/attention_ref.h"
 #include "test_backward_support.h"
@@ -19,12 +20,6 @@ namespace flamia::test {
 namespace {
 
 constexpr const char* kLabel = "api backward";  // tags the printed measurements
-
-int longest(const std::vector<int32_t>& cu) {
-  int n = 0;
-  for (size_t b = 0; b + 1 < cu.size(); ++b) n = std::max(n, int(cu[b + 1] - cu[b]));
-  return n;
-}
 
 flamia_tensor dense(const DeviceBuffer<uint16_t>& b, int heads, int dim) {
   return {b.get(), int64_t(heads) * dim, dim};
@@ -57,25 +52,7 @@ class ApiProblem {
         dq_(p.total_q(), p.heads_q, p.head_dim),
         dk_(p.total_k(), p.heads_kv, p.head_dim),
         dv_(p.total_k(), p.heads_kv, p.head_dim) {
-    std::memset(&problem_, 0, sizeof(problem_));
-    problem_.cu_seqlens_q = cu_q_.get();
-    problem_.cu_seqlens_k = cu_k_.get();
-    problem_.host_cu_seqlens_q = p.cu_seqlens_q.data();
-    problem_.host_cu_seqlens_k = p.cu_seqlens_k.data();
-    problem_.batch = p.batch();
-    problem_.total_q = p.total_q();
-    problem_.total_k = p.total_k();
-    problem_.heads_q = p.heads_q;
-    problem_.heads_kv = p.heads_kv;
-    problem_.head_dim = p.head_dim;
-    problem_.max_seqlen_q = longest(p.cu_seqlens_q);
-    problem_.max_seqlen_k = longest(p.cu_seqlens_k);
-    problem_.softmax_scale = p.softmax_scale;
-    problem_.causal = p.causal ? 1 : 0;
-    problem_.scale_mode =
-        p.scale_mode == ScaleMode::kExact ? FLAMIA_SCALE_EXACT : FLAMIA_SCALE_BLOCK32;
-    problem_.key_smoothing =
-        p.key_smoothing == KeySmoothing::kFirstKey ? FLAMIA_SMOOTH_FIRST_KEY : FLAMIA_SMOOTH_NONE;
+    problem_ = api_problem(p, cu_q_.get(), cu_k_.get());
   }
 
   // The forward once (its O and stats feed every backward run).

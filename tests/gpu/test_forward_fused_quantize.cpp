@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "flamia/flamia.h"
+#include "api_test_support.h"
 #include "gpu_test_utils.h"
 #include "reference/attention_ref.h"
 
@@ -35,12 +36,6 @@ struct ForwardRun {
   std::vector<float> stats;
 };
 
-int longest(const std::vector<int32_t>& cu) {
-  int n = 0;
-  for (size_t b = 0; b + 1 < cu.size(); ++b) n = std::max(n, int(cu[b + 1] - cu[b]));
-  return n;
-}
-
 std::vector<int32_t> offsets(const std::vector<int>& lengths) {
   std::vector<int32_t> cu = {0};
   for (int n : lengths) cu.push_back(cu.back() + n);
@@ -63,22 +58,7 @@ class FusedForward {
   flamia_forward_args args(flamia_forward_quantize quantize) const {
     flamia_forward_args a;
     std::memset(&a, 0, sizeof(a));
-    flamia_problem& problem = a.problem;
-    problem.cu_seqlens_q = cu_q_.get();
-    problem.cu_seqlens_k = cu_k_.get();
-    problem.batch = p_.batch();
-    problem.total_q = p_.total_q();
-    problem.total_k = p_.total_k();
-    problem.heads_q = p_.heads_q;
-    problem.heads_kv = p_.heads_kv;
-    problem.head_dim = p_.head_dim;
-    problem.max_seqlen_q = longest(p_.cu_seqlens_q);
-    problem.max_seqlen_k = longest(p_.cu_seqlens_k);
-    problem.softmax_scale = p_.softmax_scale;
-    problem.causal = p_.causal ? 1 : 0;
-    problem.scale_mode =
-        p_.scale_mode == ScaleMode::kExact ? FLAMIA_SCALE_EXACT : FLAMIA_SCALE_BLOCK32;
-    problem.key_smoothing = FLAMIA_SMOOTH_NONE;
+    a.problem = api_problem(p_, cu_q_.get(), cu_k_.get());
     auto dense = [&](const DeviceBuffer<uint16_t>& b, int heads) {
       return flamia_tensor{b.get(), int64_t(heads) * p_.head_dim, p_.head_dim};
     };

@@ -1,7 +1,8 @@
 // Which documents share a forward work item (a segment): documents of 1..kPackedDocumentTokens
-// queries and at most as many keys whose first query lies in the same window of
-// kPackedDocumentTokens packed positions. A segment then holds at most 2 * 64 - 1 rows, less than
-// one query tile, and 2,048 documents of 16 tokens cost 512 items per head instead of 2,048.
+// queries and at most as many keys that lie entirely inside the same window of `window` packed
+// positions, the query tile's rows (block_m). A segment then fills at most one query tile, so
+// 2,048 documents of 16 tokens cost 256 items per head (head dim 128) instead of 2,048, and both
+// consumer warpgroups have rows. A short document that crosses a window edge is an item alone.
 // Host and device (the schedule kernel plans with it; CPU tests check it).
 #pragma once
 
@@ -14,14 +15,15 @@ namespace flamia::forward {
 
 constexpr int kPackedDocumentTokens = 64;
 
-FLAMIA_HD bool packable(const int32_t* cu_q, const int32_t* cu_k, int doc) {
-  const int q_len = cu_q[doc + 1] - cu_q[doc];
-  const int k_len = cu_k[doc + 1] - cu_k[doc];
-  return q_len >= 1 && q_len <= kPackedDocumentTokens && k_len <= kPackedDocumentTokens;
+FLAMIA_HD int packing_window(const int32_t* cu_q, int doc, int window) {
+  return cu_q[doc] / window;
 }
 
-FLAMIA_HD int packing_window(const int32_t* cu_q, int doc) {
-  return cu_q[doc] / kPackedDocumentTokens;
+FLAMIA_HD bool packable(const int32_t* cu_q, const int32_t* cu_k, int doc, int window) {
+  const int q_len = cu_q[doc + 1] - cu_q[doc];
+  const int k_len = cu_k[doc + 1] - cu_k[doc];
+  return q_len >= 1 && q_len <= kPackedDocumentTokens && k_len <= kPackedDocumentTokens &&
+         packing_window(cu_q, doc, window) == (cu_q[doc + 1] - 1) / window;
 }
 
 // The work items of one document: `blocks` query tiles of it alone (doc_count 1), one item for a
@@ -33,13 +35,15 @@ struct DocumentItems {
 
 FLAMIA_HD DocumentItems document_items(const int32_t* cu_q, const int32_t* cu_k, int batch, int doc,
                                        int block_m) {
-  if (!packable(cu_q, cu_k, doc)) return {(cu_q[doc + 1] - cu_q[doc] + block_m - 1) / block_m, 1};
-  const int window = packing_window(cu_q, doc);
-  if (doc > 0 && packable(cu_q, cu_k, doc - 1) && packing_window(cu_q, doc - 1) == window)
+  const int w = block_m;  // the packing window: one query tile's rows
+  if (!packable(cu_q, cu_k, doc, w))
+    return {(cu_q[doc + 1] - cu_q[doc] + block_m - 1) / block_m, 1};
+  const int window = packing_window(cu_q, doc, w);
+  if (doc > 0 && packable(cu_q, cu_k, doc - 1, w) && packing_window(cu_q, doc - 1, w) == window)
     return {0, 0};
   int count = 1;
-  while (doc + count < batch && packable(cu_q, cu_k, doc + count) &&
-         packing_window(cu_q, doc + count) == window)
+  while (doc + count < batch && packable(cu_q, cu_k, doc + count, w) &&
+         packing_window(cu_q, doc + count, w) == window)
     ++count;
   return {1, count};
 }

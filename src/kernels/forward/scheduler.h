@@ -2,7 +2,7 @@
 // every (document, query tile) sorted by descending cost (key tiles visited), longest first,
 // each expanded into its query heads (neighbouring items share K̂/V̂ of a KV head in L2).
 // Short documents are packed: consecutive documents of at most kPackedDocumentTokens tokens
-// whose first query lies in the same window share one item (document_packing.h).
+// that lie inside the same query-tile-sized window share one item (document_packing.h).
 // Persistent CTAs take items round-robin, so the tail is made of the shortest items.
 // (Measured: a document-major order had better L2 locality but a worse tail, 0.63 -> 0.73 ms
 // on equal-2k.)

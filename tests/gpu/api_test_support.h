@@ -1,0 +1,47 @@
+// Shared by the GPU tests that go through the public C API: a reference problem as a
+// flamia_problem on the device's cu_seqlens.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "flamia/flamia.h"
+#include "reference/attention_ref.h"
+
+namespace flamia::test {
+
+inline int longest_document(const std::vector<int32_t>& cu) {
+  int n = 0;
+  for (size_t b = 0; b + 1 < cu.size(); ++b) n = std::max(n, int(cu[b + 1] - cu[b]));
+  return n;
+}
+
+// Every field of `p` (exact or block32; no or first-key smoothing), with the host copies of
+// cu_seqlens set so that the host checks them too. cu_q / cu_k: the device copies.
+inline flamia_problem api_problem(const ref::Problem& p, const int32_t* cu_q, const int32_t* cu_k) {
+  flamia_problem problem;
+  std::memset(&problem, 0, sizeof(problem));
+  problem.cu_seqlens_q = cu_q;
+  problem.cu_seqlens_k = cu_k;
+  problem.host_cu_seqlens_q = p.cu_seqlens_q.data();
+  problem.host_cu_seqlens_k = p.cu_seqlens_k.data();
+  problem.batch = p.batch();
+  problem.total_q = p.total_q();
+  problem.total_k = p.total_k();
+  problem.heads_q = p.heads_q;
+  problem.heads_kv = p.heads_kv;
+  problem.head_dim = p.head_dim;
+  problem.max_seqlen_q = longest_document(p.cu_seqlens_q);
+  problem.max_seqlen_k = longest_document(p.cu_seqlens_k);
+  problem.softmax_scale = p.softmax_scale;
+  problem.causal = p.causal ? 1 : 0;
+  problem.scale_mode =
+      p.scale_mode == ScaleMode::kExact ? FLAMIA_SCALE_EXACT : FLAMIA_SCALE_BLOCK32;
+  problem.key_smoothing =
+      p.key_smoothing == KeySmoothing::kFirstKey ? FLAMIA_SMOOTH_FIRST_KEY : FLAMIA_SMOOTH_NONE;
+  return problem;
+}
+
+}  // namespace flamia::test
