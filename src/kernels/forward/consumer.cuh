@@ -75,7 +75,6 @@ struct ConsumerRows {
 // segments' row ranges. (Measured: one shared loop with a per-tile segment branch made the
 // head-dim-128 forward 4% slower on documents of 1k tokens and more.) `iteration` counts key
 // tiles over the CTA's items (the K/V ring position); `item_count` its items (the Q buffer).
-// kFusedQuantize: the producer quantized Q̂ itself and left its row exponents in shared memory.
 template <int kHeadDim, bool kDebugProbabilities, bool kSegment, bool kFusedQuantize>
 __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
                                               const WorkItem& w, const ConsumerRows& rows,
@@ -85,31 +84,19 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
   const int lane = rows.lane;
   const int tile_row0 = rows.tile_row0;
   const int row_local[2] = {w.geo.q0 + rows.thread_row0, w.geo.q0 + rows.thread_row0 + 8};
-  RowKeyRange row_keys[kRowsPerThread];  // visible keys (kCausal: keys up to the row)
-#pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r)
-    row_keys[r] = kSegment ? segment_row_keys(w.geo.first_doc, w.geo.doc_count, w.geo.q_start,
-                                              w.geo.q_len, w.geo.k_start, row_local[r],
-                                              p.cu_seqlens_q, p.cu_seqlens_k, p.causal != 0)
-                           : RowKeyRange{0, row_local[r]};
-  const int q_buffer = item_count % Tile::kQBuffers;
+  const int q_buffer = item_count % Tile::kQBuffers;  // landed: run_consumer waited for it
+  // Each row's visible keys (kCausal: keys up to the row) and factor, from what the producer
+  // wrote with the Q tile.
+  RowKeyRange row_keys[kRowsPerThread];
   RowState state;
-  // Each row's factor from its exponent: the quantize pass's (global memory, read before the Q
-  // tile is waited for), or the fused producer's (shared memory, after it).
-  auto init_rows = [&] {
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-      const bool valid = row_local[r] < w.geo.q_len;
-      int q_exp = 0;
-      if (valid && kFusedQuantize) q_exp = smem.fused_q_exp[q_buffer][rows.thread_row0 + 8 * r];
-      if (valid && !kFusedQuantize)
-        q_exp = p.q_exp[size_t(w.head) * p.total_q + w.geo.q_start + row_local[r]];
-      state.row_factor[r] = query_row_factor(p.scale_log2, q_exp);
-      state.row_max[r] = -INFINITY;
-      state.row_sum[r] = 0.0f;
-    }
-  };
-  if constexpr (!kFusedQuantize) init_rows();
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    row_keys[r] = smem.row_keys[q_buffer][rows.thread_row0 + 8 * r];
+    state.row_factor[r] =
+        query_row_factor(p.scale_log2, smem.q_row_exp[q_buffer][rows.thread_row0 + 8 * r]);
+    state.row_max[r] = -INFINITY;
+    state.row_sum[r] = 0.0f;
+  }
   // O accumulator, then this tile's row-sum registers (zeroed before each P̂·V̂ MMA).
   float acc[Tile::kAccumulatorRegisters];
 #pragma unroll
@@ -117,8 +104,6 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
 
   const uint64_t desc_q = hopper::make_smem_desc(
       hopper::smem_addr(smem.q[q_buffer] + tile_row0 * kHeadDim), qk_swizzle<kHeadDim>());
-  hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
-  if constexpr (kFusedQuantize) init_rows();
   uint32_t a[kBlockN / 32][4];
   float reference_inv_value_scale;  // 2^-ev_ref of the tile (producer.cuh)
   // Scores of tile n (already in s) -> t, p, the P̂ operand `a`, and what l needs from the
@@ -198,7 +183,9 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
   int iteration = 0;
   int item_count = 0;
   for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
-    const WorkItem w = work_item<Tile::kBlockM, kBlockN>(p, index);
+    const int q_buffer = item_count % Tile::kQBuffers;
+    hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
+    const WorkItem w = smem.item[q_buffer];
     if (w.geo.doc_count > 1)
       run_work_item<kHeadDim, kDebugProbabilities, true, kFusedQuantize>(p, smem, w, rows,
                                                                          item_count, iteration);

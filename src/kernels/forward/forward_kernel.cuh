@@ -12,13 +12,13 @@ constexpr size_t forward_shared_bytes() {
   return sizeof(SharedStorage<kHeadDim>) + 1024;  // + alignment slack of dynamic shared memory
 }
 
-// q_full: the TMA thread's arrival (with the bytes), or every producer thread's when it
-// quantizes the tile itself.
-template <int kHeadDim, bool kFusedQuantize>
+// q_full: every producer thread arrives (after writing the item's rows; the TMA thread with the
+// Q tile's bytes).
+template <int kHeadDim>
 __device__ __forceinline__ void init_barriers(SharedStorage<kHeadDim>& smem) {
   using Tile = ForwardTile<kHeadDim>;
   for (int b = 0; b < Tile::kQBuffers; ++b) {
-    hopper::mbarrier_init(&smem.q_full[b], kFusedQuantize ? kWarpgroupThreads : 1);
+    hopper::mbarrier_init(&smem.q_full[b], kWarpgroupThreads);
     hopper::mbarrier_init(&smem.q_empty[b], Tile::kConsumerThreads);
   }
   for (int s = 0; s < Tile::kStages; ++s) {
@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(ForwardTile<kHeadDim>::kThreads, 1)
   const uint32_t misalignment = hopper::smem_addr(shared_raw) & 1023u;
   auto& smem =
       *reinterpret_cast<SharedStorage<kHeadDim>*>(shared_raw + ((1024u - misalignment) & 1023u));
-  if (threadIdx.x == 0) init_barriers<kHeadDim, kFusedQuantize>(smem);
+  if (threadIdx.x == 0) init_barriers(smem);
   __syncthreads();
   if (params.device_status && *params.device_status != 0) return;
   const int warpgroup = threadIdx.x / kWarpgroupThreads;

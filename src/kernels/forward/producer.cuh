@@ -54,6 +54,32 @@ __device__ __forceinline__ uint8_t write_key_factors(const WorkItem& w, int key_
   return inside && in_window ? e4m3_encode(exp2_int(relative_exp)) : uint8_t(0);
 }
 
+// With the Q tile of a work item (buffer `buffer`): the item and each query row's visible keys
+// for the consumers (a segment's row sees its own document's keys), and, when `exponents` is
+// set, each row's exponent from the quantize pass (0 past the item's rows). All producer
+// threads, before they arrive on q_full.
+template <int kHeadDim>
+__device__ __forceinline__ void write_item_rows(const ForwardParams& p, const WorkItem& w,
+                                                SharedStorage<kHeadDim>& smem, int buffer,
+                                                bool exponents) {
+  using Tile = ForwardTile<kHeadDim>;
+  const int tid = threadIdx.x % kWarpgroupThreads;
+  if (tid == 0) smem.item[buffer] = w;
+  for (int row = tid; row < Tile::kBlockM; row += kWarpgroupThreads) {
+    const int row_local = w.geo.q0 + row;
+    smem.row_keys[buffer][row] =
+        w.geo.doc_count > 1 ? segment_row_keys(w.geo.first_doc, w.geo.doc_count, w.geo.q_start,
+                                               w.geo.q_len, w.geo.k_start, row_local,
+                                               p.cu_seqlens_q, p.cu_seqlens_k, p.causal != 0)
+                            : RowKeyRange{0, row_local};
+    if (exponents) {
+      const bool valid = row_local < w.geo.q_len;
+      smem.q_row_exp[buffer][row] =
+          valid ? p.q_exp[size_t(w.head) * p.total_q + w.geo.q_start + row_local] : int8_t(0);
+    }
+  }
+}
+
 // The quantize pass's exponent arrays in global memory.
 struct GlobalExponents {
   const ForwardParams& p;
@@ -106,13 +132,16 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p,
   int item_count = 0;
   for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
     const WorkItem w = work_item<Tile::kBlockM, Tile::kBlockN>(p, index);
+    const int buffer = item_count % Tile::kQBuffers;
+    if (item_count >= Tile::kQBuffers)
+      hopper::mbarrier_wait(&smem.q_empty[buffer], ((item_count / Tile::kQBuffers) & 1) ^ 1);
+    write_item_rows<kHeadDim>(p, w, smem, buffer, true);
     if (issues_tma) {
-      const int buffer = item_count % Tile::kQBuffers;
-      if (item_count >= Tile::kQBuffers)
-        hopper::mbarrier_wait(&smem.q_empty[buffer], ((item_count / Tile::kQBuffers) & 1) ^ 1);
       hopper::mbarrier_arrive_expect_tx(&smem.q_full[buffer], Tile::kQTileBytes);
       hopper::tma_load_3d(smem.q[buffer], &p.q_map, &smem.q_full[buffer], 0, w.head,
                           w.geo.q_start + w.geo.q0);
+    } else {
+      hopper::mbarrier_arrive(&smem.q_full[buffer]);
     }
     for (int n = 0; n < w.geo.n_tiles; ++n, ++iteration) {
       const int stage = iteration % Tile::kStages;
@@ -231,8 +260,9 @@ __device__ __forceinline__ void run_fused_producer(const ForwardParams& p,
         hopper::mbarrier_wait(&smem.q_empty[buffer], ((item_count / Tile::kQBuffers) & 1) ^ 1);
       quantize_tile<kHeadDim, Tile::kBlockM, TileLayout::kRows>(
           staged, p.fused_q, w.head, w.geo.q_start + w.geo.q0, item_queries(p, w), block32,
-          smem.q[buffer], smem.fused_q_exp[buffer], smem.fused_amax[kAmaxOfQ],
+          smem.q[buffer], smem.q_row_exp[buffer], smem.fused_amax[kAmaxOfQ],
           smem.fused_block[kAmaxOfQ]);
+      write_item_rows<kHeadDim>(p, w, smem, buffer, false);
       hopper::fence_proxy_async_shared();  // the S = Q̂K̂ᵀ wgmma reads the tile
       hopper::mbarrier_arrive(&smem.q_full[buffer]);
       ++item_count;

@@ -5,7 +5,9 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
+#include "kernels/forward/document_packing.h"
 #include "kernels/forward/forward_config.h"
+#include "kernels/forward/work_items.cuh"
 
 namespace flamia::forward {
 
@@ -23,19 +25,24 @@ struct alignas(1024) SharedStorage {
   KeyPairFactors factors[Tile::kStages][Tile::kBlockN / 2];
   // Per producer warp: its keys outside the row-sum window (a ballot; 0 almost always).
   alignas(16) uint32_t row_sum_fallback[Tile::kStages][kWarpgroupThreads / 32];
-  // Fused quantization only: the exponents of Q's rows (the consumers read them), of each stage's
-  // keys and values (the producer's factors), and the block32 amax windows.
+  // Fused quantization only: the exponents of each stage's keys and values (the producer's
+  // factors), and the block32 amax windows.
   static constexpr int kWindowRows =
       (Tile::kBlockM > Tile::kBlockN ? Tile::kBlockM : Tile::kBlockN) + 2 * kScaleBlockHalo;
   // Fused quantization only: two slots of BF16 rows (one tile's; fused_quantize.cuh).
   static constexpr int kStagedRows = Tile::kBlockM > Tile::kBlockN ? Tile::kBlockM : Tile::kBlockN;
   alignas(128) uint8_t fused_stage[2][kStagedRows * kHeadDim * 2];
-  int8_t fused_q_exp[Tile::kQBuffers][Tile::kBlockM];
+  // Per Q buffer, written by the producer with the Q tile (write_item_rows): the work item, and
+  // each query row's visible keys and exponent, so that a consumer's item starts with shared
+  // memory reads instead of chains of dependent global loads.
+  WorkItem item[Tile::kQBuffers];
+  RowKeyRange row_keys[Tile::kQBuffers][Tile::kBlockM];
+  int8_t q_row_exp[Tile::kQBuffers][Tile::kBlockM];
   int8_t fused_key_exp[Tile::kStages][Tile::kBlockN];
   int8_t fused_value_exp[Tile::kStages][Tile::kBlockN];
   uint32_t fused_amax[kAmaxWindows][kWindowRows];
   uint32_t fused_block[kAmaxWindows][kWindowRows - 2 * kScaleBlockHalo];
-  uint64_t q_full[Tile::kQBuffers];   // Q tile landed
+  uint64_t q_full[Tile::kQBuffers];   // Q tile landed and the item's rows written
   uint64_t q_empty[Tile::kQBuffers];  // both consumers finished their last S = Q̂K̂ᵀ of the item
   uint64_t k_full[Tile::kStages];     // K̂ tile landed and its per-key factors written
   uint64_t k_empty[Tile::kStages];
