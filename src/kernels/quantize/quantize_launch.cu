@@ -18,7 +18,7 @@ namespace {
 
 constexpr uintptr_t kVectorAlignment = 16;  // uint4 accesses
 constexpr int64_t kStrideMultiple = 8;      // BF16 elements per 16 bytes
-constexpr int64_t kMaxCtas = 2147483647;  // CTA indices are ints (1-D grid)
+constexpr int64_t kMaxCtas = 2147483647;    // CTA indices are ints (1-D grid)
 
 bool aligned(const void* p) {
   return reinterpret_cast<uintptr_t>(p) % kVectorAlignment == 0;
@@ -94,8 +94,7 @@ cudaError_t launch_for_head_dim(const JobBatch& batch, bool gradient, cudaStream
                   : launch_kernel<kHeadDim, false>(batch, stream);
 }
 
-cudaError_t launch_batch(const JobBatch& batch, int head_dim, bool gradient,
-                         cudaStream_t stream) {
+cudaError_t launch_batch(const JobBatch& batch, int head_dim, bool gradient, cudaStream_t stream) {
   switch (head_dim) {
     case 64:
       return launch_for_head_dim<64>(batch, gradient, stream);
