@@ -75,7 +75,7 @@ struct ConsumerRows {
 // segments' row ranges. (Measured: one shared loop with a per-tile segment branch made the
 // head-dim-128 forward 4% slower on documents of 1k tokens and more.) `iteration` counts key
 // tiles over the CTA's items (the K/V ring position); `item_count` its items (the Q buffer).
-template <int kHeadDim, bool kDebugProbabilities, bool kSegment, bool kFusedQuantize>
+template <int kHeadDim, bool kDebugProbabilities, bool kSegment>
 __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
                                               const WorkItem& w, const ConsumerRows& rows,
                                               int item_count, int& iteration) {
@@ -166,6 +166,7 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
   write_outputs<Tile::kOutRegisters>(p, w, acc, state, row_local, lane);
 }
 
+// kFusedQuantize: the fused kernel's register split (the producer quantizes; forward_config.h).
 template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize>
 __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
                                              int consumer) {
@@ -187,11 +188,9 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
     hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
     const WorkItem w = smem.item[q_buffer];
     if (w.geo.doc_count > 1)
-      run_work_item<kHeadDim, kDebugProbabilities, true, kFusedQuantize>(p, smem, w, rows,
-                                                                         item_count, iteration);
+      run_work_item<kHeadDim, kDebugProbabilities, true>(p, smem, w, rows, item_count, iteration);
     else
-      run_work_item<kHeadDim, kDebugProbabilities, false, kFusedQuantize>(p, smem, w, rows,
-                                                                          item_count, iteration);
+      run_work_item<kHeadDim, kDebugProbabilities, false>(p, smem, w, rows, item_count, iteration);
   }
 }
 
