@@ -76,15 +76,6 @@ __device__ __forceinline__ uint4 staged_part(const uint8_t* staged, int row, int
   return *reinterpret_cast<const uint4*>(staged + row * kHeadDim * 2 + part * 16);
 }
 
-__device__ __forceinline__ void unpack_part(const uint4& bits, float (&x)[kChannelsPerLane]) {
-  const uint32_t w[4] = {bits.x, bits.y, bits.z, bits.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {  // BF16 -> FP32 is exact: the high half of the FP32 bits
-    x[2 * i] = __uint_as_float(w[i] << 16);
-    x[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-  }
-}
-
 // max |x| over a row: the lane's part, then its row's lanes (NaN ignored, as fmaxf does).
 template <int kHeadDim>
 __device__ __forceinline__ float row_amax(const float (&x)[kChannelsPerLane]) {
@@ -125,16 +116,7 @@ __device__ __forceinline__ void store_part(uint8_t* tile, int row, int part,
                                            const float (&x)[kChannelsPerLane], float inv_scale,
                                            bool inside) {
   uint32_t codes[2] = {0u, 0u};
-  if (inside) {
-#pragma unroll
-    for (int w = 0; w < 2; ++w) {
-      const uint32_t lo = quantize::encode_e4m3x2(__fmul_rn(x[4 * w], inv_scale),
-                                                  __fmul_rn(x[4 * w + 1], inv_scale));
-      const uint32_t hi = quantize::encode_e4m3x2(__fmul_rn(x[4 * w + 2], inv_scale),
-                                                  __fmul_rn(x[4 * w + 3], inv_scale));
-      codes[w] = lo | hi << 16;
-    }
-  }
+  if (inside) quantize::encode_scaled(x, inv_scale, codes);
   if constexpr (kLayout == TileLayout::kRows) {
     constexpr int kRowBytes = kHeadDim;  // the Q̂/K̂ swizzle (qk_swizzle)
     *reinterpret_cast<uint2*>(tile +
@@ -189,7 +171,7 @@ __device__ __forceinline__ void quantize_tile(const uint8_t* staged, const Bf16V
       if (inside && row >= 0 && row < kRows) bits = staged_part<kHeadDim>(staged, row, part);
       if (inside && (row < 0 || row >= kRows)) bits = __ldg(row_part_address(src, head, t, part));
       float x[kChannelsPerLane];
-      unpack_part(bits, x);
+      quantize::unpack_vector(bits, x);
       const float amax = row_amax<kHeadDim>(x);
       if (inside && part == 0) amax_window[i] = quantize::amax_bits(amax);
     }
@@ -214,7 +196,8 @@ __device__ __forceinline__ void quantize_tile(const uint8_t* staged, const Bf16V
       continue;
     }
     float x[kChannelsPerLane];
-    unpack_part(inside ? staged_part<kHeadDim>(staged, row, part) : make_uint4(0, 0, 0, 0), x);
+    quantize::unpack_vector(
+        inside ? staged_part<kHeadDim>(staged, row, part) : make_uint4(0, 0, 0, 0), x);
     float amax;
     if (block32) {
       // the block's amax: its (at most 32) window entries spread over the row's lanes

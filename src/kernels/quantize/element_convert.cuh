@@ -19,17 +19,21 @@ struct Bf16Chunk {
   uint4 v[kChunkVectors];
 };
 
-// BF16 -> FP32 is exact: the BF16 bits are the high half of the FP32 bits.
+// 8 BF16 values (one 16-byte vector) -> FP32, written from x[first]. BF16 -> FP32 is exact:
+// the BF16 bits are the high half of the FP32 bits.
+template <int N>
+__device__ __forceinline__ void unpack_vector(const uint4& v, float (&x)[N], int first = 0) {
+  const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    x[first + 2 * i] = __uint_as_float(w[i] << 16);
+    x[first + 2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
 __device__ __forceinline__ void unpack_chunk(const Bf16Chunk& c, float (&x)[kChunkChannels]) {
 #pragma unroll
-  for (int h = 0; h < kChunkVectors; ++h) {
-    const uint32_t w[4] = {c.v[h].x, c.v[h].y, c.v[h].z, c.v[h].w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      x[h * kBf16PerVector + 2 * i] = __uint_as_float(w[i] << 16);
-      x[h * kBf16PerVector + 2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-    }
-  }
+  for (int h = 0; h < kChunkVectors; ++h) unpack_vector(c.v[h], x, h * kBf16PerVector);
 }
 
 __device__ __forceinline__ Bf16Chunk load_chunk(const TensorSource& src, int64_t token, int head,
@@ -78,18 +82,24 @@ __device__ __forceinline__ uint32_t encode_e4m3x2(float x0, float x1) {
   return pair;
 }
 
-// q8(x * 2^-e) for 16 channels, packed little-endian (channel 0 in byte 0 of word 0). The
+// q8(x * 2^-e) for N channels, packed little-endian (channel 0 in byte 0 of word 0). The
 // product by an exact power of two is a separate rounding step, as in quantize_e4m3.
-__device__ __forceinline__ void encode_chunk(const float (&x)[kChunkChannels], float inv_scale,
-                                             uint32_t (&codes)[kCodeWords]) {
+template <int N>
+__device__ __forceinline__ void encode_scaled(const float (&x)[N], float inv_scale,
+                                              uint32_t (&codes)[N / 4]) {
 #pragma unroll
-  for (int w = 0; w < kCodeWords; ++w) {
+  for (int w = 0; w < N / 4; ++w) {
     const uint32_t lo =
         encode_e4m3x2(__fmul_rn(x[4 * w], inv_scale), __fmul_rn(x[4 * w + 1], inv_scale));
     const uint32_t hi =
         encode_e4m3x2(__fmul_rn(x[4 * w + 2], inv_scale), __fmul_rn(x[4 * w + 3], inv_scale));
     codes[w] = lo | hi << 16;
   }
+}
+
+__device__ __forceinline__ void encode_chunk(const float (&x)[kChunkChannels], float inv_scale,
+                                             uint32_t (&codes)[kCodeWords]) {
+  encode_scaled(x, inv_scale, codes);
 }
 
 // Exact E4M3 -> FP32 of the 4 codes of one word (via the exact e4m3x2 -> f16x2 conversion).
