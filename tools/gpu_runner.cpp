@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "flamia/flamia.h"
+#include "reference/api_problem.h"
 
 namespace flamia::cli {
 
@@ -81,12 +82,6 @@ flamia_tensor tensor(const DeviceBuffer& buffer, int heads, int dim) {
   return {buffer.get(), int64_t(heads) * dim, int64_t(dim)};
 }
 
-int max_length(const std::vector<int32_t>& cu) {
-  int longest = 0;
-  for (size_t b = 0; b + 1 < cu.size(); ++b) longest = std::max(longest, int(cu[b + 1] - cu[b]));
-  return longest;
-}
-
 // Device copies of one problem and its inputs and outputs.
 struct DeviceProblem {
   DeviceProblem(const ref::Problem& p, const ref::Inputs& in)
@@ -111,27 +106,9 @@ struct DeviceProblem {
     upload(d_o, in.d_o.bits);
     upload(smoothing, p.smoothing_vector);
 
-    flamia_problem& fp = problem;
-    std::memset(&fp, 0, sizeof(fp));
-    fp.cu_seqlens_q = static_cast<const int32_t*>(cu_q.get());
-    fp.cu_seqlens_k = static_cast<const int32_t*>(cu_k.get());
-    fp.host_cu_seqlens_q = p.cu_seqlens_q.data();
-    fp.host_cu_seqlens_k = p.cu_seqlens_k.data();
-    fp.batch = p.batch();
-    fp.total_q = p.total_q();
-    fp.total_k = p.total_k();
-    fp.heads_q = p.heads_q;
-    fp.heads_kv = p.heads_kv;
-    fp.head_dim = p.head_dim;
-    fp.max_seqlen_q = max_length(p.cu_seqlens_q);
-    fp.max_seqlen_k = max_length(p.cu_seqlens_k);
-    fp.softmax_scale = p.softmax_scale;
-    fp.causal = p.causal ? 1 : 0;
-    fp.scale_mode = p.scale_mode == ScaleMode::kExact ? FLAMIA_SCALE_EXACT : FLAMIA_SCALE_BLOCK32;
-    fp.key_smoothing = p.key_smoothing == KeySmoothing::kNone       ? FLAMIA_SMOOTH_NONE
-                       : p.key_smoothing == KeySmoothing::kFirstKey ? FLAMIA_SMOOTH_FIRST_KEY
-                                                                    : FLAMIA_SMOOTH_VECTOR;
-    fp.key_smoothing_vector = static_cast<const float*>(smoothing.get());
+    problem = ref::api_problem(p, static_cast<const int32_t*>(cu_q.get()),
+                               static_cast<const int32_t*>(cu_k.get()),
+                               static_cast<const float*>(smoothing.get()));
   }
 
   void poison(const DeviceBuffer& buffer, cudaStream_t stream) {

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "flamia/flamia.h"
-#include "api_test_support.h"
 #include "gpu_test_utils.h"
+#include "reference/api_problem.h"
 #include "reference/attention_ref.h"
 #include "test_backward_support.h"
 
@@ -52,7 +52,7 @@ class ApiProblem {
         dq_(p.total_q(), p.heads_q, p.head_dim),
         dk_(p.total_k(), p.heads_kv, p.head_dim),
         dv_(p.total_k(), p.heads_kv, p.head_dim) {
-    problem_ = api_problem(p, cu_q_.get(), cu_k_.get());
+    problem_ = ref::api_problem(p, cu_q_.get(), cu_k_.get());
   }
 
   // The forward once (its O and stats feed every backward run).

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "flamia/flamia.h"
-#include "api_test_support.h"
 #include "gpu_test_utils.h"
+#include "reference/api_problem.h"
 #include "reference/attention_ref.h"
 
 namespace flamia::test {
@@ -58,7 +58,7 @@ class FusedForward {
   flamia_forward_args args(flamia_forward_quantize quantize) const {
     flamia_forward_args a;
     std::memset(&a, 0, sizeof(a));
-    a.problem = api_problem(p_, cu_q_.get(), cu_k_.get());
+    a.problem = ref::api_problem(p_, cu_q_.get(), cu_k_.get());
     auto dense = [&](const DeviceBuffer<uint16_t>& b, int heads) {
       return flamia_tensor{b.get(), int64_t(heads) * p_.head_dim, p_.head_dim};
     };

@@ -1,5 +1,5 @@
-// Shared by the GPU tests that go through the public C API: a reference problem as a
-// flamia_problem on the device's cu_seqlens.
+// A reference problem as the C API's flamia_problem, on device copies of its cu_seqlens: for
+// the tools and tests that run the reference's problems through the public API.
 #pragma once
 
 #include <algorithm>
@@ -10,7 +10,7 @@
 #include "flamia/flamia.h"
 #include "reference/attention_ref.h"
 
-namespace flamia::test {
+namespace flamia::ref {
 
 inline int longest_document(const std::vector<int32_t>& cu) {
   int n = 0;
@@ -18,9 +18,11 @@ inline int longest_document(const std::vector<int32_t>& cu) {
   return n;
 }
 
-// Every field of `p` (exact or block32; no or first-key smoothing), with the host copies of
-// cu_seqlens set so that the host checks them too. cu_q / cu_k: the device copies.
-inline flamia_problem api_problem(const ref::Problem& p, const int32_t* cu_q, const int32_t* cu_k) {
+// Every field of `p`, with the host copies of cu_seqlens set so that the host checks them too.
+// cu_q / cu_k: the device copies; smoothing_vector: the device copy of p.smoothing_vector (for
+// KeySmoothing::kVector).
+inline flamia_problem api_problem(const Problem& p, const int32_t* cu_q, const int32_t* cu_k,
+                                  const float* smoothing_vector = nullptr) {
   flamia_problem problem;
   std::memset(&problem, 0, sizeof(problem));
   problem.cu_seqlens_q = cu_q;
@@ -39,9 +41,11 @@ inline flamia_problem api_problem(const ref::Problem& p, const int32_t* cu_q, co
   problem.causal = p.causal ? 1 : 0;
   problem.scale_mode =
       p.scale_mode == ScaleMode::kExact ? FLAMIA_SCALE_EXACT : FLAMIA_SCALE_BLOCK32;
-  problem.key_smoothing =
-      p.key_smoothing == KeySmoothing::kFirstKey ? FLAMIA_SMOOTH_FIRST_KEY : FLAMIA_SMOOTH_NONE;
+  problem.key_smoothing = p.key_smoothing == KeySmoothing::kNone       ? FLAMIA_SMOOTH_NONE
+                          : p.key_smoothing == KeySmoothing::kFirstKey ? FLAMIA_SMOOTH_FIRST_KEY
+                                                                       : FLAMIA_SMOOTH_VECTOR;
+  problem.key_smoothing_vector = smoothing_vector;
   return problem;
 }
 
-}  // namespace flamia::test
+}  // namespace flamia::ref
