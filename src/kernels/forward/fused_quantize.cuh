@@ -70,18 +70,21 @@ __device__ __forceinline__ const uint4* row_part_address(const Bf16View& src, in
          part;
 }
 
-// One tile's rows in shared memory: row r's BF16 channels at staged + r * kHeadDim * 2.
+// One tile's rows in shared memory: row r's BF16 channels at staged + r * kHeadDim * 2, the
+// lane's 16-byte part `part` of it at staged_offset.
+template <int kHeadDim>
+__device__ __forceinline__ int staged_offset(int row, int part) {
+  return row * kHeadDim * 2 + part * 16;
+}
 template <int kHeadDim>
 __device__ __forceinline__ uint4 staged_part(const uint8_t* staged, int row, int part) {
-  return *reinterpret_cast<const uint4*>(staged + row * kHeadDim * 2 + part * 16);
+  return *reinterpret_cast<const uint4*>(staged + staged_offset<kHeadDim>(row, part));
 }
 
 // max |x| over a row: the lane's part, then its row's lanes (NaN ignored, as fmaxf does).
 template <int kHeadDim>
 __device__ __forceinline__ float row_amax(const float (&x)[kChannelsPerLane]) {
-  float a = 0.0f;
-#pragma unroll
-  for (int i = 0; i < kChannelsPerLane; ++i) a = fmaxf(a, fabsf(x[i]));
+  float a = quantize::values_amax(x);
 #pragma unroll
   for (int mask = 1; mask < RowLanes<kHeadDim>::kLanes; mask *= 2)
     a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, mask));
@@ -101,7 +104,7 @@ __device__ __forceinline__ void stage_tile(const Bf16View& src, int head, int ti
   for (int row = row0; row < kRows; row += Lanes::kTokensPerStep) {
     const int t = tile_first + row;
     if (item.inside(t))
-      hopper::async_copy_16(staged + row * kHeadDim * 2 + part * 16,
+      hopper::async_copy_16(staged + staged_offset<kHeadDim>(row, part),
                             row_part_address(src, head, t, part), true);
   }
 }

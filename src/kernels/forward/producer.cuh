@@ -1,7 +1,9 @@
-// Producer warpgroup: TMA loads of Q̂, K̂ and V̂ᵀ tiles into the shared-memory ring, the
+// Producer warpgroup: TMA loads of Q̂, K̂ and V̂ᵀ tiles into the shared-memory ring, with each Q
+// tile the work item and its query rows' visible keys and exponents (write_item_rows), the
 // per-key factors (2^ek, ev, 2^-ev) of each key tile and the row-sum rows after its V̂ᵀ tile.
 // Keys outside the document get ev = -inf, which masks them (t = -inf, P = 0) without a
-// per-element test in the consumers.
+// per-element test in the consumers. run_fused_producer: the same, quantizing the tiles itself
+// (fused_quantize.cuh) instead of loading them.
 #pragma once
 
 #include "kernels/common/softmax_numerics.cuh"

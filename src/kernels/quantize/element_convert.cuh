@@ -68,11 +68,17 @@ __device__ __forceinline__ void apply_transform(Transform transform,
   }
 }
 
-__device__ __forceinline__ float chunk_amax(const float (&x)[kChunkChannels]) {
+// max |x| (fmaxf: NaN ignored, as the reference's std::max ignores it).
+template <int N>
+__device__ __forceinline__ float values_amax(const float (&x)[N]) {
   float a = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kChunkChannels; ++i) a = fmaxf(a, fabsf(x[i]));
+  for (int i = 0; i < N; ++i) a = fmaxf(a, fabsf(x[i]));
   return a;
+}
+
+__device__ __forceinline__ float chunk_amax(const float (&x)[kChunkChannels]) {
+  return values_amax(x);
 }
 
 // e4m3x2 with x0 in the low byte; cvt puts its first source in the high byte.
