@@ -161,6 +161,7 @@ __device__ __forceinline__ void backward_step(
   const int key_row0 = warpgroup * kKeysPerWarpgroup;
   float s[kScoreRegisters];
   float ds[kScoreRegisters];  // FP8: x = dS * 2^eq_i (score_gradient_half); BF16grad: dS
+  uint32_t p_hat[kBlockM / kFp8MmaK][4];  // P̂ᵀ as dV's A operand, a k step per half
   {
     float dp[kHalfScoreRegisters];
     hopper::warpgroup_fence();
@@ -172,16 +173,13 @@ __device__ __forceinline__ void backward_step(
     hopper::fence_registers(s);
     hopper::fence_registers(dp);
     if (unmasked) {
-      rebuild_probabilities<false>(s, key, qf, lane);
-      score_gradient_half<kBf16Grad, 0, false>(s, dp, ds, key, qf, lane);
+      rebuild_probabilities<false, !kBf16Grad>(s, key, qf, lane);
+      score_gradient_half<kBf16Grad, 0, false>(s, dp, ds, p_hat[0], key, qf, lane);
     } else {
-      rebuild_probabilities<true>(s, key, qf, lane);
-      score_gradient_half<kBf16Grad, 0, true>(s, dp, ds, key, qf, lane);
+      rebuild_probabilities<true, !kBf16Grad>(s, key, qf, lane);
+      score_gradient_half<kBf16Grad, 0, true>(s, dp, ds, p_hat[0], key, qf, lane);
     }
   }
-  uint32_t p_hat[kBlockM / kFp8MmaK][4];
-  accumulator_to_fp8_operand(s, p_hat);
-  if constexpr (kDebugPHat) write_debug_p_hat(p, item, p_hat, key, qf, tile_row, head, q0, lane);
   {
     float dp[kHalfScoreRegisters];
     hopper::warpgroup_fence();
@@ -190,10 +188,11 @@ __device__ __forceinline__ void backward_step(
     hopper::warpgroup_wait<0>();
     hopper::fence_registers(dp);
     if (unmasked)
-      score_gradient_half<kBf16Grad, 1, false>(s, dp, ds, key, qf, lane);
+      score_gradient_half<kBf16Grad, 1, false>(s, dp, ds, p_hat[1], key, qf, lane);
     else
-      score_gradient_half<kBf16Grad, 1, true>(s, dp, ds, key, qf, lane);
+      score_gradient_half<kBf16Grad, 1, true>(s, dp, ds, p_hat[1], key, qf, lane);
   }
+  if constexpr (kDebugPHat) write_debug_p_hat(p, item, p_hat, key, qf, tile_row, head, q0, lane);
 
   const int ew = qf.value_block_exp;
   if (ew != state.dv_unit) {
@@ -243,11 +242,12 @@ __device__ __forceinline__ void backward_step(
     hopper::warpgroup_commit();
 
     // dQ's per-(query, 128-key block) scale needs the amax over both warpgroups' keys.
-    query_gradient_column_amax(ds, key, lane, smem.column_amax[threadIdx.x / kWarpSize]);
+    scale_by_centered_key(ds, key);
+    query_gradient_column_amax(ds, lane, smem.column_amax[threadIdx.x / kWarpSize]);
     __syncthreads();
     query_gradient_block_scales(qf, smem.column_amax, p.softmax_scale);
     __syncthreads();
-    store_query_gradient_operand(ds, key, qf, lane, tile_row, smem.g);
+    store_query_gradient_operand(ds, qf, lane, tile_row, smem.g);
     hopper::fence_proxy_async_shared();
     __syncthreads();
     hopper::warpgroup_fence();

@@ -28,22 +28,31 @@ __device__ __forceinline__ int column_of_group(int group, int lane) {
 // and p sequence is the forward's (score_exponent, unnormalized_probability with the saved
 // M_i), so e4m3(p) is the forward's P̂. kMasked = false: every pair of the step is visible
 // (unmasked_query_tiles), so no mask is evaluated.
-template <bool kMasked>
+// kPairLoads: each factor of the group's two columns in one 8-byte load (the BF16grad kernel
+// spills with them, so it loads per element).
+template <bool kMasked, bool kPairLoads>
 __device__ __forceinline__ void rebuild_probabilities(float (&s)[kScoreRegisters],
                                                       const KeyRowFactors& key,
                                                       const QueryFactors& qf, int lane) {
 #pragma unroll
   for (int group = 0; group < kScoreRegisters / kRegistersPerGroup; ++group) {
     const int col = column_of_group(group, lane);
-    // (per-element factor loads: pair loads here make the BF16grad kernel spill)
+    float2 row_factor{}, offset{};
+    if constexpr (kPairLoads) {
+      row_factor = column_pair(qf.row_factor, col);
+      offset = column_pair(qf.offset, col);
+    }
 #pragma unroll
     for (int e = 0; e < kRegistersPerGroup; ++e) {
       const int i = kRegistersPerGroup * group + e;
       const int r = register_row(i);
       const bool odd = (e & 1) != 0;
-      const float t = score_exponent(s[i], key.score[r].key_scale, qf.row_factor[col + odd],
+      const float column_row_factor =
+          kPairLoads ? (odd ? row_factor.y : row_factor.x) : qf.row_factor[col + odd];
+      const float column_offset = kPairLoads ? (odd ? offset.y : offset.x) : qf.offset[col + odd];
+      const float t = score_exponent(s[i], key.score[r].key_scale, column_row_factor,
                                      key.score[r].value_exponent);
-      const float probability = unnormalized_probability(t, qf.offset[col + odd]);
+      const float probability = unnormalized_probability(t, column_offset);
       const bool visible = !kMasked || key.visibility[r] <= qf.visibility[col + odd];
       s[i] = visible ? probability : 0.0f;
     }
@@ -64,13 +73,19 @@ constexpr int kHalfScoreRegisters = kScoreRegisters / kScoreHalves;
 //             exactly (FP32 normal range), leaving 4 operations per element instead of 6.
 //   BF16grad: dS = ((P̂ * 2^-ev_j) / l_i) * (dPraw - D_i) (BF16 dO · V), rounded to BF16 (the
 //             value its products read).
-// Registers 2m, 2m+1 are one row's adjacent columns: one conversion rounds both.
+// Registers 2m, 2m+1 are one row's adjacent columns: one conversion rounds both. Its two bytes
+// also go into `p_hat_operand`, k step kHalf of P̂ᵀ as dV's A operand: the accumulator -> FP8
+// operand register swap of hopper-fp8-facts.md, where word 2h + r holds row r's bytes of groups
+// 2h (low half) and 2h + 1 (high half) of the k step's four. (Packing P̂ from the conversions
+// done here, rather than converting p again, saves two conversions per four elements.)
 template <bool kBf16Grad, int kHalf, bool kMasked>
 __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegisters],
                                                     const float (&dp)[kHalfScoreRegisters],
                                                     float (&ds)[kScoreRegisters],
+                                                    uint32_t (&p_hat_operand)[4],
                                                     const KeyRowFactors& key,
                                                     const QueryFactors& qf, int lane) {
+  static_assert(kHalfScoreRegisters == 16, "one k32 step of the P̂ᵀ operand per half");
   constexpr int kGroupsPerHalf = kHalfScoreRegisters / kRegistersPerGroup;
 #pragma unroll
   for (int g = 0; g < kGroupsPerHalf; ++g) {
@@ -83,7 +98,10 @@ __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegis
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
       const int i0 = kRegistersPerGroup * group + 2 * r;  // (row r, col), (row r, col + 1)
-      const float2 p_hat = round_to_e4m3x2(p[i0], p[i0 + 1]);
+      const uint16_t p_hat_bytes = encode_e4m3x2(p[i0], p[i0 + 1]);
+      const float2 p_hat = unpack_e4m3x2(p_hat_bytes);
+      uint32_t& word = p_hat_operand[2 * (g / 2) + r];
+      word = (g & 1) ? word | (uint32_t(p_hat_bytes) << 16) : uint32_t(p_hat_bytes);
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
         const int i = i0 + e;
@@ -111,26 +129,9 @@ __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegis
   }
 }
 
-// Accumulator (m64nN) -> FP8 A operand (N/32 k32 steps x 4 registers), by the register swap of
-// hopper-fp8-facts.md: swap registers (8c+2, 8c+3) with (8c+4, 8c+5), pack 4 at a time. A's
-// k-slot kk then holds column permuted_token(kk) of each group of 16, the order of the
-// permuted token-major copies (dÔ''ᵀ, Q̂ᵀ) used as the B operand.
-template <int kRegisters>
-__device__ __forceinline__ void accumulator_to_fp8_operand(const float (&x)[kRegisters],
-                                                           uint32_t (&a)[kRegisters / 16][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kRegisters / 16; ++kk) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const float* y = &x[16 * kk + 8 * half];
-      a[kk][2 * half] = pack_e4m3x4(y[0], y[1], y[4], y[5]);
-      a[kk][2 * half + 1] = pack_e4m3x4(y[2], y[3], y[6], y[7]);
-    }
-  }
-}
-
-// The accumulator register whose E4M3 byte lands in byte `b` of register `w` of k step kk of
-// accumulator_to_fp8_operand (for the P̂ debug output).
+// The accumulator register whose E4M3 byte lands in byte `b` of register `w` of k step kk of an
+// FP8 A operand packed from an accumulator (hopper-fp8-facts.md's register swap; P̂ᵀ in
+// score_gradient_half, Ĥ in key_gradient_operand, the P̂ debug output).
 __host__ __device__ constexpr int fp8_operand_source_register(int kk, int w, int b) {
   return 16 * kk + 8 * (w / 2) + 2 * (w % 2) + (b % 2) + 4 * (b / 2);
 }
@@ -195,22 +196,28 @@ __device__ __forceinline__ void butterfly_max_level(float (&m)[kSize], int lane)
   }
 }
 
-// dQ's dS block scale (numerics §5.7), first half: this warp's maximum of |x_ij * 2^ekc_j|
+// x_ij -> y_ij = x_ij * 2^ekc_j in place, once Ĥ has been packed: both dQ steps below read y.
+__device__ __forceinline__ void scale_by_centered_key(float (&x)[kScoreRegisters],
+                                                      const KeyRowFactors& key) {
+#pragma unroll
+  for (int i = 0; i < kScoreRegisters; ++i)
+    x[i] = __fmul_rn(x[i], key.centered_scale[register_row(i)]);
+}
+
+// dQ's dS block scale (numerics §5.7), first half: this warp's maximum of |y_ij| = |x_ij 2^ekc_j|
 // (= |dS_ij * 2^ekc_j| * 2^eq_i) over its 16 keys for each of the tile's 64 query columns, into
 // column_amax[warp][col]. A thread starts with the maxima of its 16 columns over its two rows; a
 // butterfly over lane bits 4, 3, 2 (the 8 lanes that share lane & 3, i.e. the same columns) then
 // halves the columns a lane holds at each level while combining the partner's rows, so that lane
 // l ends with columns 2l and 2l + 1 over all 16 rows (maxima are exact in any order).
-__device__ __forceinline__ void query_gradient_column_amax(const float (&x)[kScoreRegisters],
-                                                           const KeyRowFactors& key, int lane,
-                                                           float* column_amax_of_warp) {
+__device__ __forceinline__ void query_gradient_column_amax(const float (&y)[kScoreRegisters],
+                                                           int lane, float* column_amax_of_warp) {
   constexpr int kColumns = kScoreRegisters / kRowsPerThread;  // per thread: 16
   float m[kColumns];  // m[k]: column 8 (k / 2) + 2 (lane & 3) + (k & 1)
 #pragma unroll
   for (int k = 0; k < kColumns; ++k) {
     const int i0 = kRegistersPerGroup * (k / 2) + (k & 1);  // row 0; row 1 is i0 + 2
-    m[k] = fmaxf(fabsf(__fmul_rn(x[i0], key.centered_scale[0])),
-                 fabsf(__fmul_rn(x[i0 + 2], key.centered_scale[1])));
+    m[k] = fmaxf(fabsf(y[i0]), fabsf(y[i0 + 2]));
   }
   butterfly_max_level<16, kColumns>(m, lane);
   butterfly_max_level<8, kColumns / 2>(m, lane);
@@ -237,13 +244,12 @@ __device__ __forceinline__ void query_gradient_block_scales(QueryFactors& qf,
   qf.dq_operand_scale[col] = __fmul_rn(power_of_two(-gq), q_inv_scale);
 }
 
-// Ĝ = e4m3(x_ij * 2^ekc_j * 2^-(gq_i + eq_i)) (= e4m3(dS_ij 2^ekc_j 2^-gq_i)) stored transposed
+// Ĝ = e4m3(y_ij * 2^-(gq_i + eq_i)) (= e4m3(dS_ij 2^ekc_j 2^-gq_i)) stored transposed
 // into the dQ A-operand tile g[query][key] (128-byte swizzled rows of the tile's 128 keys): the
 // 8-bit transpose through shared memory, one byte per store. (Session 10 tried a 4 x 4 byte
 // transpose across lanes before 4-byte stores: its chain of two shuffles before the stores made
 // the fp8 backward 3-5% slower than these independent byte stores, A/B of session 12.)
-__device__ __forceinline__ void store_query_gradient_operand(const float (&x)[kScoreRegisters],
-                                                             const KeyRowFactors& key,
+__device__ __forceinline__ void store_query_gradient_operand(const float (&y)[kScoreRegisters],
                                                              const QueryFactors& qf, int lane,
                                                              const int (&tile_row)[kRowsPerThread],
                                                              uint8_t* g) {
@@ -253,11 +259,9 @@ __device__ __forceinline__ void store_query_gradient_operand(const float (&x)[kS
     const float2 scale = column_pair(qf.dq_operand_scale, col);
     // Registers 4 group + {0, 1, 2, 3} = (row 0, col), (row 0, col + 1), (row 1, col),
     // (row 1, col + 1); each pack converts two keys (rows r, r + 8) of two queries.
-    const float* d = &x[kRegistersPerGroup * group];
-    const uint32_t bytes = pack_e4m3x4(__fmul_rn(__fmul_rn(d[0], key.centered_scale[0]), scale.x),
-                                       __fmul_rn(__fmul_rn(d[2], key.centered_scale[1]), scale.x),
-                                       __fmul_rn(__fmul_rn(d[1], key.centered_scale[0]), scale.y),
-                                       __fmul_rn(__fmul_rn(d[3], key.centered_scale[1]), scale.y));
+    const float* d = &y[kRegistersPerGroup * group];
+    const uint32_t bytes = pack_e4m3x4(__fmul_rn(d[0], scale.x), __fmul_rn(d[2], scale.x),
+                                       __fmul_rn(d[1], scale.y), __fmul_rn(d[3], scale.y));
     g[hopper::swizzled_offset<kBlockN>(col, tile_row[0])] = uint8_t(bytes);
     g[hopper::swizzled_offset<kBlockN>(col, tile_row[1])] = uint8_t(bytes >> 8);
     g[hopper::swizzled_offset<kBlockN>(col + 1, tile_row[0])] = uint8_t(bytes >> 16);

@@ -107,11 +107,16 @@ __device__ __forceinline__ float2 unpack_e4m3x2(uint16_t bits) {
   return __half22float2(*reinterpret_cast<const __half2*>(&halves));
 }
 
-// (e4m3(x0), e4m3(x1)) as floats: the P̂ values pack_e4m3x4 stores, by the same conversion.
-__device__ __forceinline__ float2 round_to_e4m3x2(float x0, float x1) {
+// The E4M3 bytes of (x0, x1), x0 in the low byte: pack_e4m3x4's conversion.
+__device__ __forceinline__ uint16_t encode_e4m3x2(float x0, float x1) {
   uint16_t bits;
   asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;\n" : "=h"(bits) : "f"(x0), "f"(x1));
-  return unpack_e4m3x2(bits);
+  return bits;
+}
+
+// (e4m3(x0), e4m3(x1)) as floats: the P̂ values pack_e4m3x4 stores, by the same conversion.
+__device__ __forceinline__ float2 round_to_e4m3x2(float x0, float x1) {
+  return unpack_e4m3x2(encode_e4m3x2(x0, x1));
 }
 
 }  // namespace flamia
