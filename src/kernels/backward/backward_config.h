@@ -9,11 +9,40 @@
 namespace flamia::backward {
 
 constexpr int kWarpgroupThreads = 128;
-constexpr int kConsumerWarpgroups = 2;
-constexpr int kThreads = kWarpgroupThreads * kConsumerWarpgroups;
+constexpr int kConsumerWarpgroups = 2;                             // the key warpgroups
+constexpr int kThreads = kWarpgroupThreads * kConsumerWarpgroups;  // they also issue the loads
 constexpr int kWarpSize = 32;
 constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kWarpsPerWarpgroup = kWarpgroupThreads / kWarpSize;
+
+// The FP8 path adds a dQ warpgroup (threads kThreads ..): the key warpgroups hand it each step's
+// y = dS 2^eq 2^ekc through shared memory (two buffers), and it finds dQ's block scales, packs Ĝ
+// in registers and runs dQ = Ĝ K̂c and the additions into the FP32 buffer on its own
+// (dq_warpgroup.cuh). BF16grad keeps dQ in the key warpgroups.
+constexpr int kDqWarpgroupThreads = kWarpgroupThreads;
+template <bool kBf16Grad>
+constexpr int kCtaThreads = kBf16Grad ? kThreads : kThreads + kDqWarpgroupThreads;
+// Register budgets of the FP8 CTA (setmaxnreg), per head dim. The warpgroups trade registers
+// within the CTA's launch allocation: 168 per thread (65536 / 384, rounded down to a multiple of
+// 8), so the three budgets may sum to 3 x 168 = 504 at most (beyond it setmaxnreg.inc waits
+// forever). The dQ warpgroup needs ~88 (below it ptxas spills and serializes its wgmma).
+constexpr int kLaunchRegistersPerThread = 65536 / (kThreads + kDqWarpgroupThreads) / 8 * 8;
+template <int kHeadDim>
+struct Fp8RegisterBudget {
+  static constexpr int kKeyWarpgroup = kHeadDim == 128 ? 208 : 184;
+  static constexpr int kDqWarpgroup = kHeadDim == 128 ? 88 : 136;
+  static_assert(kConsumerWarpgroups * kKeyWarpgroup + kDqWarpgroup <=
+                    (kConsumerWarpgroups + 1) * kLaunchRegistersPerThread,
+                "the CTA's register allocation");
+};
+
+// Named barriers (0 is __syncthreads, which the FP8 CTA never uses: its roles never all meet).
+enum NamedBarrier : int {
+  kKeyWarpgroupsBarrier = 1,  // the key warpgroups (kThreads): a step's loads are in
+  kScoreGradientFull = 2,     // + buffer: y written (key warpgroups arrive, dQ warpgroup waits)
+  kScoreGradientEmpty = 4,    // + buffer: y read (dQ warpgroup arrives, key warpgroups wait)
+  kDqWarpgroupBarrier = 6,    // the dQ warpgroup alone (the deterministic order)
+};
 
 // Keys per CTA: the 128-key tile-aligned block of dQ's dS scale (docs/numerics.md §5.7).
 constexpr int kBlockN = 128;

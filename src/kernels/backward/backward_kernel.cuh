@@ -1,25 +1,26 @@
 // The backward kernel (docs/numerics.md §5) for sm_90a.
 //
 // Grid: x = KV head * key tile pairs + rank in the launch order (backward_schedule.h: the
-// (document, key tile) pairs with the most work first). One CTA of two consumer
-// warpgroups per (KV head, 128-key tile starting at floor16(k_start) + n * 128); warpgroup w
-// owns keys 64w .. 64w + 63 of the tile. For every query tile (64 queries from
-// floor16(q_start) + m * 64; causal: from the first that sees the key tile) and every query
-// head of the KV group, one step:
+// (document, key tile) pairs with the most work first). One CTA per (KV head, 128-key tile
+// starting at floor16(k_start) + n * 128): two key warpgroups, where warpgroup w owns keys
+// 64w .. 64w + 63 of the tile, and on the FP8 path a dQ warpgroup (dq_warpgroup.cuh). For every
+// query tile (64 queries from floor16(q_start) + m * 64; causal: from the first that sees the key
+// tile) and every query head of the KV group, one step:
 //   Sᵀ  = K̂ Q̂ᵀ                (FP8 SS; bitwise the forward's S)
 //   P̂ᵀ  = e4m3(exp2(t - M + 8)) (the forward's op sequence and saved M)
 //   dPᵀ = V̂ dÔᵀ (FP8 SS) or V dOᵀ (BF16 SS)
 //   dSᵀ = P ∘ (dPᵀ - D)
 //   dV += P̂ᵀ dÔ''             (FP8 RS, A from registers)
 //   dK += Ĥᵀ Q̂ (FP8 RS) or dSᵀ Q (BF16 RS)
-//   dQ partial = Ĝ K̂c (FP8 SS, Ĝ transposed through shared memory) or dS K (BF16 SS),
-//   added to the FP32 dQ buffer (atomics, issued under the next step's first products; or in
-//   key-tile order when deterministic).
+//   FP8:      y = dS 2^eq 2^ekc handed to the dQ warpgroup, which runs dQ partial = Ĝ K̂c
+//             (FP8 RS) and adds it to the FP32 dQ buffer,
+//   BF16grad: dQ partial = dS K (BF16 SS), added by the key warpgroups themselves
+//   (atomics, or in key-tile order when deterministic).
 // dK and dV stay in registers across the whole CTA and are written once, as BF16.
 //
-// Loads: cooperative cp.async copies (all threads), pipelined one step ahead over two
+// Loads: cooperative cp.async copies (the key warpgroups), pipelined one step ahead over two
 // shared-memory stages (query_pipeline.cuh): the copies and the query factors of step s + 1 are
-// in flight while step s runs its products. No warp specialization.
+// in flight while step s runs its products.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,6 +32,7 @@
 #include "kernels/backward/backward_config.h"
 #include "kernels/backward/backward_params.h"
 #include "kernels/backward/dq_accumulate.cuh"
+#include "kernels/backward/dq_warpgroup.cuh"
 #include "kernels/backward/mma.cuh"
 #include "kernels/backward/query_pipeline.cuh"
 #include "kernels/backward/score_gradient.cuh"
@@ -144,12 +146,22 @@ __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const
 // kDebugPHat: the test instrument's instantiation (write_debug_p_hat). It is a template
 // parameter, not a runtime branch, so the production kernel's step loop carries none of its
 // code (it was a third of the loop's static instructions).
-template <int kHeadDim, bool kBf16Grad, bool kDebugPHat, typename UnderFirstProducts>
-__device__ __forceinline__ void backward_step(
-    const BackwardParams& p, const KeyTileItem& item, BackwardStorage<kHeadDim, kBf16Grad>& smem,
-    KeyGradientState<kHeadDim>& state, const KeyRowFactors& key,
-    const int (&tile_row)[kRowsPerThread], const StepCursor& step, bool unmasked,
-    float (&dq)[BackwardTile<kHeadDim>::kDqRegisters], UnderFirstProducts&& under_first_products) {
+// BF16grad's dQ partial of a step (the FP8 dQ lives in the dQ warpgroup).
+template <int kHeadDim, bool kBf16Grad>
+struct KeyWarpgroupDq {
+  float acc[BackwardTile<kHeadDim>::kDqRegisters];
+};
+template <int kHeadDim>
+struct KeyWarpgroupDq<kHeadDim, false> {};
+
+template <int kHeadDim, bool kBf16Grad, bool kDebugPHat>
+__device__ __forceinline__ void backward_step(const BackwardParams& p, const KeyTileItem& item,
+                                              BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                              KeyGradientState<kHeadDim>& state,
+                                              const KeyRowFactors& key,
+                                              const int (&tile_row)[kRowsPerThread],
+                                              const StepCursor& step, bool unmasked,
+                                              KeyWarpgroupDq<kHeadDim, kBf16Grad>& dq) {
   using Tile = BackwardTile<kHeadDim>;
   const auto& tiles = smem.stage[step.stage];
   const int head = step.head(item, p.group_size);
@@ -168,7 +180,6 @@ __device__ __forceinline__ void backward_step(
     mma_scores<kHeadDim, kBf16Grad>(s, smem, tiles, key_row0);
     mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, tiles, key_row0, 0);
     hopper::warpgroup_commit();
-    under_first_products();
     hopper::warpgroup_wait<0>();
     hopper::fence_registers(s);
     hopper::fence_registers(dp);
@@ -223,8 +234,11 @@ __device__ __forceinline__ void backward_step(
 #pragma unroll
     for (int kk = 0; kk < kBlockN / kBf16MmaK; ++kk)
       mma_bf16_ss_m_major<Tile::kDqColumns>(
-          dq, mn_major_desc(smem.ds16, kBlockN * kPanelBytes, kk),
+          dq.acc, mn_major_desc(smem.ds16, kBlockN * kPanelBytes, kk),
           paneled_desc(smem.k16_t + dq_col0 * kPanelBytes, kHeadDim * kPanelBytes, kk), kk > 0);
+    hopper::warpgroup_commit();
+    hopper::warpgroup_wait<0>();
+    hopper::fence_registers(dq.acc);
   } else {
     int gk[kRowsPerThread] = {state.dk_unit[0], state.dk_unit[1]};
     uint32_t h[kBlockM / kFp8MmaK][4];
@@ -241,57 +255,32 @@ __device__ __forceinline__ void backward_step(
       mma_fp8_rs<kHeadDim>(state.dk, h[kk], fp8_desc<kBlockM>(tiles.q_t, kk), 1);
     hopper::warpgroup_commit();
 
-    // dQ's per-(query, 128-key block) scale needs the amax over both warpgroups' keys.
-    scale_by_centered_key(ds, key);
-    query_gradient_column_amax(ds, lane, smem.column_amax[threadIdx.x / kWarpSize]);
-    __syncthreads();
-    query_gradient_block_scales(qf, smem.column_amax, p.softmax_scale);
-    __syncthreads();
-    store_query_gradient_operand(ds, qf, lane, tile_row, smem.g);
-    hopper::fence_proxy_async_shared();
-    __syncthreads();
-    hopper::warpgroup_fence();
-#pragma unroll
-    for (int kk = 0; kk < kBlockN / kFp8MmaK; ++kk)
-      mma_fp8_ss<Tile::kDqColumns>(dq, fp8_desc<kBlockN>(smem.g, kk),
-                                   fp8_desc<kBlockN>(smem.k_centered_t + dq_col0 * kBlockN, kk),
-                                   kk > 0);
+    // dQ's operand goes to the dQ warpgroup while dV and dK run.
+    hand_off_score_gradient(ds, tile_row, lane, smem.score_gradient[step.stage], step.stage);
+    hopper::warpgroup_wait<0>();
   }
-  hopper::warpgroup_commit();
-  hopper::warpgroup_wait<0>();
   hopper::fence_registers(state.dv);
   hopper::fence_registers(state.dk);
-  hopper::fence_registers(dq);
 }
 
-// Where the warpgroup's dQ partial of `step` goes in the FP32 buffer (its rows' pointers and
-// scales, from the step's query factors).
+// Adds BF16grad's dQ partial of the step (backward_step) to the FP32 buffer.
 template <int kHeadDim>
-__device__ __forceinline__ DqRows step_dq_rows(const BackwardParams& p, const KeyTileItem& item,
-                                               const QueryFactors& qf, const StepCursor& step) {
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
-  const int warp = (threadIdx.x / kWarpSize) % kWarpsPerWarpgroup;
-  const int lane = threadIdx.x % kWarpSize;
-  return dq_rows<kHeadDim>(p, qf, step.head(item, p.group_size), step.q0,
-                           warpgroup * BackwardTile<kHeadDim>::kDqColumns, warp, lane);
-}
-
-// Adds the step's dQ partial (backward_step) to the FP32 buffer.
-template <int kHeadDim>
-__device__ __forceinline__ void accumulate_dq(
-    const BackwardParams& p, const KeyTileItem& item, const QueryFactors& qf,
-    const StepCursor& step, const float (&dq)[BackwardTile<kHeadDim>::kDqRegisters]) {
+__device__ __forceinline__ void accumulate_dq(const BackwardParams& p, const KeyTileItem& item,
+                                              const QueryFactors& qf, const StepCursor& step,
+                                              const KeyWarpgroupDq<kHeadDim, true>& dq) {
   const int head = step.head(item, p.group_size);
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   const int warp = (threadIdx.x / kWarpSize) % kWarpsPerWarpgroup;
   const int lane = threadIdx.x % kWarpSize;
   const int dq_col0 = warpgroup * BackwardTile<kHeadDim>::kDqColumns;
   if (p.deterministic != 0) {
-    in_dq_turn(dq_semaphore(p, item, head, step.q0), item.tile, [&] {
-      add_dq_partial<kHeadDim, /*kOrdered=*/true>(p, dq, qf, head, step.q0, dq_col0, warp, lane);
+    const DqAdders adders{0, 0, kThreads};
+    in_dq_turn(dq_semaphore(p, item, head, step.q0), item.tile, adders, [&] {
+      add_dq_partial<kHeadDim, /*kOrdered=*/true>(p, dq.acc, qf, head, step.q0, dq_col0, warp,
+                                                  lane);
     });
   } else {
-    add_dq_partial<kHeadDim, /*kOrdered=*/false>(p, dq, qf, head, step.q0, dq_col0, warp, lane);
+    add_dq_partial<kHeadDim, /*kOrdered=*/false>(p, dq.acc, qf, head, step.q0, dq_col0, warp, lane);
   }
 }
 
@@ -332,7 +321,7 @@ __device__ __forceinline__ void write_key_gradients(const BackwardParams& p,
 // ---- kernel -------------------------------------------------------------------------------------
 
 template <int kHeadDim, bool kBf16Grad, bool kDebugPHat>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
     backward_kernel(const __grid_constant__ BackwardParams p) {
   using Storage = BackwardStorage<kHeadDim, kBf16Grad>;
   extern __shared__ uint8_t smem_raw[];
@@ -345,6 +334,14 @@ __global__ void __launch_bounds__(kThreads, 1)
   if (p.device_status != nullptr && *p.device_status != kDeviceStatusOk) return;
   const KeyTileItem item = key_tile_item(p);
   if (key_tile_is_empty(item)) return;
+  if constexpr (!kBf16Grad) {
+    if (threadIdx.x >= kThreads) {
+      hopper::warpgroup_registers_decrease<Fp8RegisterBudget<kHeadDim>::kDqWarpgroup>();
+      run_dq_warpgroup<kHeadDim>(p, item, smem);
+      return;
+    }
+    hopper::warpgroup_registers_increase<Fp8RegisterBudget<kHeadDim>::kKeyWarpgroup>();
+  }
 
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   const int warp = (threadIdx.x / kWarpSize) % kWarpsPerWarpgroup;
@@ -372,42 +369,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   hopper::async_copy_wait_all();
   finish_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
   finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
-  // The atomic path adds step s's dQ partial (scaled, in `pending_dq`, to `pending`) while step
-  // s + 1's first products run, and the last one after the loop. (Measured before: the atomics
-  // after finish_step_loads, outside any product, made the step 3-5% slower than right after
-  // it.) Not for BF16grad, whose head-dim-128 kernel would spill holding the partial that long.
-  constexpr bool kDeferDq = !kBf16Grad;
-  const bool deterministic = p.deterministic != 0;
-  float pending_dq[BackwardTile<kHeadDim>::kDqRegisters];
-  DqRows pending = no_dq_rows();
   while (step.valid(item)) {
     const StepCursor next = step.next(p.group_size);
     issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     hopper::async_copy_commit();
-    float dq[BackwardTile<kHeadDim>::kDqRegisters];
-    backward_step<kHeadDim, kBf16Grad, kDebugPHat>(
-        p, item, smem, state, key, tile_row, step, unmasked.contains(step.q0), dq, [&] {
-          if constexpr (kDeferDq) add_scaled_dq_partial</*kOrdered=*/false>(pending_dq, pending);
-        });
-    if constexpr (kDeferDq) {
-      // A separate array: read while the next step's wgmma run, these registers must not be the
-      // dQ product's accumulator, or ptxas serializes the wgmma (C7518).
-      const DqRows rows = step_dq_rows<kHeadDim>(p, item, smem.query[step.stage], step);
-      scale_dq_partial(dq, rows, pending_dq);
-      if (deterministic) {
-        in_dq_turn(dq_semaphore(p, item, step.head(item, p.group_size), step.q0), item.tile,
-                   [&] { add_scaled_dq_partial</*kOrdered=*/true>(pending_dq, rows); });
-      } else {
-        pending = rows;
-      }
-    } else {
-      accumulate_dq<kHeadDim>(p, item, smem.query[step.stage], step, dq);
-    }
+    KeyWarpgroupDq<kHeadDim, kBf16Grad> dq;
+    backward_step<kHeadDim, kBf16Grad, kDebugPHat>(p, item, smem, state, key, tile_row, step,
+                                                   unmasked.contains(step.q0), dq);
+    if constexpr (kBf16Grad) accumulate_dq<kHeadDim>(p, item, smem.query[step.stage], step, dq);
     finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     step = next;
   }
-  if constexpr (kDeferDq)  // nothing pending if deterministic
-    add_scaled_dq_partial</*kOrdered=*/false>(pending_dq, pending);
   write_key_gradients<kHeadDim, kBf16Grad>(p, state, tile_row);
 }
 

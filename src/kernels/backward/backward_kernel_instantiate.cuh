@@ -15,7 +15,7 @@ cudaError_t launch_backward_kernel(const BackwardParams& params, dim3 grid, cuda
   cudaError_t error =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
   if (error != cudaSuccess) return error;
-  kernel<<<grid, kThreads, kSmemBytes, stream>>>(params);
+  kernel<<<grid, kCtaThreads<kBf16Grad>, kSmemBytes, stream>>>(params);
   return cudaGetLastError();
 }
 

@@ -101,7 +101,8 @@ cudaError_t launch_for_head_dim(const BackwardKernelArgs& a, const backward::Bac
                   : backward::launch_backward_kernel<kHeadDim, false>(p, grid, stream);
     if (error != cudaSuccess) return error;
   }
-  const int64_t steps = int64_t(s.total_q) * s.heads_q * (kHeadDim / backward::kConvertValuesPerStep);
+  const int64_t steps =
+      int64_t(s.total_q) * s.heads_q * (kHeadDim / backward::kConvertValuesPerStep);
   if (steps == 0) return cudaSuccess;
   const int blocks =
       int(std::min<int64_t>((steps + kConvertThreads - 1) / kConvertThreads, kConvertMaxBlocks));

@@ -16,6 +16,7 @@
 #include "kernels/backward/backward_config.h"
 #include "kernels/backward/backward_params.h"
 #include "kernels/backward/tile_factors.cuh"
+#include "kernels/hopper/sync.cuh"
 
 namespace flamia::backward {
 
@@ -35,41 +36,60 @@ __device__ __forceinline__ int32_t* dq_semaphore(const BackwardParams& p, const 
   return p.dq_semaphore + int64_t(head) * p.total_q + max(q0, item.span.q_start);
 }
 
-// Thread 0 waits for its turn; the barrier publishes the acquired order to the CTA.
-__device__ __forceinline__ void wait_for_dq_turn(const int32_t* semaphore, int turn) {
-  if (threadIdx.x == 0)
+// The threads of a CTA that add its dQ partials: the whole CTA (BF16grad) or the FP8 path's dQ
+// warpgroup (named barrier kDqWarpgroupBarrier).
+struct DqAdders {
+  int leader;   // threadIdx.x of the first
+  int barrier;  // 0: __syncthreads
+  int threads;
+
+  __device__ __forceinline__ void sync() const {
+    if (barrier == 0)
+      __syncthreads();
+    else
+      hopper::named_barrier_sync(barrier, threads);
+  }
+};
+
+// The leader waits for the turn; the barrier publishes the acquired order to the adders.
+__device__ __forceinline__ void wait_for_dq_turn(const int32_t* semaphore, int turn,
+                                                 const DqAdders& adders) {
+  if (int(threadIdx.x) == adders.leader)
     while (load_acquire(semaphore) != turn) __nanosleep(64);
-  __syncthreads();
+  adders.sync();
 }
-__device__ __forceinline__ void pass_dq_turn(int32_t* semaphore, int next_turn) {
+__device__ __forceinline__ void pass_dq_turn(int32_t* semaphore, int next_turn,
+                                             const DqAdders& adders) {
   __threadfence();
-  __syncthreads();
-  if (threadIdx.x == 0) store_release(semaphore, next_turn);
+  adders.sync();
+  if (int(threadIdx.x) == adders.leader) store_release(semaphore, next_turn);
 }
 
 // Runs `add` (the CTA's dQ additions to one (head, query tile)) in key tile `turn`'s turn.
 template <typename Add>
-__device__ __forceinline__ void in_dq_turn(int32_t* semaphore, int turn, Add&& add) {
-  wait_for_dq_turn(semaphore, turn);
+__device__ __forceinline__ void in_dq_turn(int32_t* semaphore, int turn, const DqAdders& adders,
+                                           Add&& add) {
+  wait_for_dq_turn(semaphore, turn, adders);
   add();
-  pass_dq_turn(semaphore, turn + 1);
+  pass_dq_turn(semaphore, turn + 1, adders);
 }
 
-// dq: the warpgroup's m64n(D/2) partial of the tile (rows = queries q0 + 0..63, columns =
-// d0 + 0..D/2-1); each row scaled by softmax_scale * 2^gq_i (qf.dq_scale) and added to the
-// buffer [total_q][Hq][D]. Rows outside the document are never touched. kOrdered: plain
-// read-add-write in the caller's turn (deterministic), else float2 atomics. One row pointer per
-// row, so the thread's columns 8 c + 2 (lane & 3) are constant offsets from it.
+// dq: a warpgroup's m64nN partial of the tile (rows = queries q0 + 0..63, columns d0 + 0..N-1),
+// each of the thread's two rows scaled by row_scale[r] (softmax_scale * 2^gq_i; BF16grad:
+// softmax_scale) and added to the buffer [total_q][Hq][D]; rows with !row_visible[r] (outside
+// the document) are never touched. kOrdered: plain read-add-write in the caller's turn
+// (deterministic), else float2 atomics. One row pointer per row, so the thread's columns
+// 8 c + 2 (lane & 3) are constant offsets from it.
 template <int kHeadDim, bool kOrdered, int kRegisters>
-__device__ __forceinline__ void add_dq_partial(const BackwardParams& p,
-                                               const float (&dq)[kRegisters],
-                                               const QueryFactors& qf, int head, int q0, int d0,
-                                               int warp, int lane) {
+__device__ __forceinline__ void add_dq_rows(const BackwardParams& p, const float (&dq)[kRegisters],
+                                            const float (&row_scale)[kRowsPerThread],
+                                            const bool (&row_visible)[kRowsPerThread], int head,
+                                            int q0, int d0, int warp, int lane) {
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const int row = 16 * warp + lane / 4 + 8 * r;
-    if (qf.visibility[row] == kQueryOutside) continue;
-    const float scale = qf.dq_scale[row];
+    if (!row_visible[r]) continue;
+    const float scale = row_scale[r];
     float* out = p.dq_accum + (int64_t(q0 + row) * p.heads_q + head) * kHeadDim + d0 +
                  register_column(lane, 0);
 #pragma unroll
@@ -91,74 +111,17 @@ __device__ __forceinline__ void add_dq_partial(const BackwardParams& p,
   }
 }
 
-// The atomic path in two halves, for an add deferred under later wgmma (backward_kernel.cuh):
-// where the thread's rows go and their scales, the scaled partial (in registers that are no
-// wgmma's accumulator), and later the reductions, predicated rather than branched.
-struct DqRows {
-  float* row[kRowsPerThread];  // the thread's first column in the buffer; nullptr: not added
-  float scale[kRowsPerThread];
-};
-
-__device__ __forceinline__ DqRows no_dq_rows() {
-  return DqRows{{nullptr, nullptr}, {0.0f, 0.0f}};
-}
-
-template <int kHeadDim>
-__device__ __forceinline__ DqRows dq_rows(const BackwardParams& p, const QueryFactors& qf, int head,
-                                          int q0, int d0, int warp, int lane) {
-  DqRows rows;
-#pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
-    const int row = 16 * warp + lane / 4 + 8 * r;
-    rows.scale[r] = qf.dq_scale[row];
-    rows.row[r] = qf.visibility[row] == kQueryOutside
-                      ? nullptr
-                      : p.dq_accum + (int64_t(q0 + row) * p.heads_q + head) * kHeadDim + d0 +
-                            register_column(lane, 0);
-  }
-  return rows;
-}
-
-// *at += {x, y} as one float2 reduction when `enabled`; predicated, not branched, so that it
-// can sit between a wgmma's issue and its wait without ptxas serializing the wgmma (C7518).
-__device__ __forceinline__ void reduce_add_v2_if(bool enabled, float* at, float x, float y) {
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.u32 p, %0, 0;\n"
-      " @p red.global.add.v2.f32 [%1], {%2, %3};\n}\n" ::"r"(uint32_t(enabled)),
-      "l"(at), "f"(x), "f"(y)
-      : "memory");
-}
-
-template <int kRegisters>
-__device__ __forceinline__ void scale_dq_partial(const float (&dq)[kRegisters], const DqRows& rows,
-                                                 float (&scaled)[kRegisters]) {
-#pragma unroll
-  for (int i = 0; i < kRegisters; ++i) scaled[i] = __fmul_rn(dq[i], rows.scale[register_row(i)]);
-}
-// kOrdered: read-add-write in the caller's turn (deterministic); else predicated reductions.
-template <bool kOrdered, int kRegisters>
-__device__ __forceinline__ void add_scaled_dq_partial(const float (&scaled)[kRegisters],
-                                                      const DqRows& rows) {
-#pragma unroll
-  for (int r = 0; r < kRowsPerThread; ++r) {
-    const bool enabled = rows.row[r] != nullptr;
-    if constexpr (kOrdered) {
-      if (!enabled) continue;
-    }
-#pragma unroll
-    for (int i = 0; i < kRegisters; i += 2) {
-      if (register_row(i) != r) continue;
-      float* at = rows.row[r] + register_column_offset(i);
-      if constexpr (kOrdered) {
-        float2 sum = __ldcg(reinterpret_cast<float2*>(at));
-        sum.x += scaled[i];
-        sum.y += scaled[i + 1];
-        __stcg(reinterpret_cast<float2*>(at), sum);
-      } else {
-        reduce_add_v2_if(enabled, at, scaled[i], scaled[i + 1]);
-      }
-    }
-  }
+// The same with the rows' scales and visibility from the step's query factors (BF16grad).
+template <int kHeadDim, bool kOrdered, int kRegisters>
+__device__ __forceinline__ void add_dq_partial(const BackwardParams& p,
+                                               const float (&dq)[kRegisters],
+                                               const QueryFactors& qf, int head, int q0, int d0,
+                                               int warp, int lane) {
+  const int row0 = 16 * warp + lane / 4;
+  const float scale[kRowsPerThread] = {qf.dq_scale[row0], qf.dq_scale[row0 + 8]};
+  const bool visible[kRowsPerThread] = {qf.visibility[row0] != kQueryOutside,
+                                        qf.visibility[row0 + 8] != kQueryOutside};
+  add_dq_rows<kHeadDim, kOrdered>(p, dq, scale, visible, head, q0, d0, warp, lane);
 }
 
 // Post-pass: FP32 dQ buffer -> BF16 output view, 8 values (two 16-byte loads, one 16-byte

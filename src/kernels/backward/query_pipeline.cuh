@@ -141,8 +141,9 @@ __device__ __forceinline__ void issue_step_loads(BackwardStorage<kHeadDim, kBf16
 }
 
 // Completes `step`'s stage: waits for this thread's copies, patches them, writes the factors,
-// and publishes everything to the CTA (and to wgmma) with a proxy fence and a barrier. The
-// barrier also ends the previous step: every reader of its stage is done after it.
+// and publishes everything to the key warpgroups (and to wgmma) with a proxy fence and their
+// barrier. The barrier also ends the previous step: every reader of its stage is done after it
+// (the dQ warpgroup reads no query stage).
 template <int kHeadDim, bool kBf16Grad>
 __device__ __forceinline__ void finish_step_loads(BackwardStorage<kHeadDim, kBf16Grad>& smem,
                                                   const BackwardParams& p, const KeyTileItem& item,
@@ -154,7 +155,7 @@ __device__ __forceinline__ void finish_step_loads(BackwardStorage<kHeadDim, kBf1
     factors.store<kBf16Grad>(smem.query[step.stage], p, item, step.q0);
   }
   hopper::fence_proxy_async_shared();
-  __syncthreads();
+  hopper::named_barrier_sync(kKeyWarpgroupsBarrier, kThreads);
 }
 
 }  // namespace flamia::backward

@@ -1,8 +1,8 @@
 // The per-element work of one (key tile, query tile, head) step on a warpgroup's transposed
 // accumulators Sᵀ, dPᵀ (rows = the warpgroup's 64 keys, columns = the tile's 64 queries):
 // P̂ rebuilt bit for bit as the forward built it, P = P̂ 2^-ev / l, dS, the power-of-two
-// dS scales of dK (per key row) and dQ (per query column), and the accumulator -> A-operand
-// packing of P̂ᵀ, Ĥᵀ (FP8) or dSᵀ (BF16).
+// dS scale of dK (per key row), and the accumulator -> A-operand packing of P̂ᵀ, Ĥᵀ (FP8) or
+// dSᵀ (BF16). dQ's scale and operand: dq_warpgroup.cuh (FP8), dq_accumulate.cuh (BF16grad).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -181,92 +181,6 @@ __device__ __forceinline__ void key_gradient_operand(const float (&x)[kScoreRegi
                              h_value(fp8_operand_source_register(kk, w, 1)),
                              h_value(fp8_operand_source_register(kk, w, 2)),
                              h_value(fp8_operand_source_register(kk, w, 3)));
-}
-
-// One level of query_gradient_column_amax's butterfly: the lanes that differ in lane bit kBit
-// swap halves of their first kValues maxima; each keeps one half, combined with the partner's.
-template <int kBit, int kValues, int kSize>
-__device__ __forceinline__ void butterfly_max_level(float (&m)[kSize], int lane) {
-  const bool upper = (lane & kBit) != 0;  // keeps the upper half
-#pragma unroll
-  for (int j = 0; j < kValues / 2; ++j) {
-    const float send = upper ? m[j] : m[j + kValues / 2];
-    const float keep = upper ? m[j + kValues / 2] : m[j];
-    m[j] = fmaxf(keep, __shfl_xor_sync(0xffffffffu, send, kBit));
-  }
-}
-
-// x_ij -> y_ij = x_ij * 2^ekc_j in place, once Ĥ has been packed: both dQ steps below read y.
-__device__ __forceinline__ void scale_by_centered_key(float (&x)[kScoreRegisters],
-                                                      const KeyRowFactors& key) {
-#pragma unroll
-  for (int i = 0; i < kScoreRegisters; ++i)
-    x[i] = __fmul_rn(x[i], key.centered_scale[register_row(i)]);
-}
-
-// dQ's dS block scale (numerics §5.7), first half: this warp's maximum of |y_ij| = |x_ij 2^ekc_j|
-// (= |dS_ij * 2^ekc_j| * 2^eq_i) over its 16 keys for each of the tile's 64 query columns, into
-// column_amax[warp][col]. A thread starts with the maxima of its 16 columns over its two rows; a
-// butterfly over lane bits 4, 3, 2 (the 8 lanes that share lane & 3, i.e. the same columns) then
-// halves the columns a lane holds at each level while combining the partner's rows, so that lane
-// l ends with columns 2l and 2l + 1 over all 16 rows (maxima are exact in any order).
-__device__ __forceinline__ void query_gradient_column_amax(const float (&y)[kScoreRegisters],
-                                                           int lane, float* column_amax_of_warp) {
-  constexpr int kColumns = kScoreRegisters / kRowsPerThread;  // per thread: 16
-  float m[kColumns];  // m[k]: column 8 (k / 2) + 2 (lane & 3) + (k & 1)
-#pragma unroll
-  for (int k = 0; k < kColumns; ++k) {
-    const int i0 = kRegistersPerGroup * (k / 2) + (k & 1);  // row 0; row 1 is i0 + 2
-    m[k] = fmaxf(fabsf(y[i0]), fabsf(y[i0 + 2]));
-  }
-  butterfly_max_level<16, kColumns>(m, lane);
-  butterfly_max_level<8, kColumns / 2>(m, lane);
-  butterfly_max_level<4, kColumns / 4>(m, lane);
-  // m[0], m[1]: columns 8 (lane >> 2) + 2 (lane & 3) + {0, 1} = 2 lane + {0, 1}
-  *reinterpret_cast<float2*>(&column_amax_of_warp[2 * lane]) = make_float2(m[0], m[1]);
-}
-
-// Second half (threads 0..63, after a barrier): gq_i over the CTA's 8 warps = 128 keys, from
-// max_j |dS_ij 2^ekc_j| = 2^-eq_i max_j |x_ij 2^ekc_j| (exact). Ĝ's factor 2^-(gq_i + eq_i) is
-// clamped to FP32's normal powers of two (power_of_two): it leaves that range only when both dS
-// and q are below ~2^-60, where it loses precision rather than producing Inf or NaN.
-__device__ __forceinline__ void query_gradient_block_scales(QueryFactors& qf,
-                                                            const float (*column_amax)[kBlockM],
-                                                            float softmax_scale) {
-  const int col = threadIdx.x;
-  if (col >= kBlockM) return;
-  float amax = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) amax = fmaxf(amax, column_amax[w][col]);
-  const float q_inv_scale = qf.q_inv_scale[col];
-  const int gq = scale_exponent(__fmul_rn(amax, q_inv_scale));
-  qf.dq_scale[col] = softmax_scale * exp2_int(gq);
-  qf.dq_operand_scale[col] = __fmul_rn(power_of_two(-gq), q_inv_scale);
-}
-
-// Ĝ = e4m3(y_ij * 2^-(gq_i + eq_i)) (= e4m3(dS_ij 2^ekc_j 2^-gq_i)) stored transposed
-// into the dQ A-operand tile g[query][key] (128-byte swizzled rows of the tile's 128 keys): the
-// 8-bit transpose through shared memory, one byte per store. (Session 10 tried a 4 x 4 byte
-// transpose across lanes before 4-byte stores: its chain of two shuffles before the stores made
-// the fp8 backward 3-5% slower than these independent byte stores, A/B of session 12.)
-__device__ __forceinline__ void store_query_gradient_operand(const float (&y)[kScoreRegisters],
-                                                             const QueryFactors& qf, int lane,
-                                                             const int (&tile_row)[kRowsPerThread],
-                                                             uint8_t* g) {
-#pragma unroll
-  for (int group = 0; group < kScoreRegisters / kRegistersPerGroup; ++group) {
-    const int col = column_of_group(group, lane);
-    const float2 scale = column_pair(qf.dq_operand_scale, col);
-    // Registers 4 group + {0, 1, 2, 3} = (row 0, col), (row 0, col + 1), (row 1, col),
-    // (row 1, col + 1); each pack converts two keys (rows r, r + 8) of two queries.
-    const float* d = &y[kRegistersPerGroup * group];
-    const uint32_t bytes = pack_e4m3x4(__fmul_rn(d[0], scale.x), __fmul_rn(d[2], scale.x),
-                                       __fmul_rn(d[1], scale.y), __fmul_rn(d[3], scale.y));
-    g[hopper::swizzled_offset<kBlockN>(col, tile_row[0])] = uint8_t(bytes);
-    g[hopper::swizzled_offset<kBlockN>(col, tile_row[1])] = uint8_t(bytes >> 8);
-    g[hopper::swizzled_offset<kBlockN>(col + 1, tile_row[0])] = uint8_t(bytes >> 16);
-    g[hopper::swizzled_offset<kBlockN>(col + 1, tile_row[1])] = uint8_t(bytes >> 24);
-  }
 }
 
 // BF16grad: dS (already BF16-rounded, packed in pairs of queries as dK's A operand `a`, see

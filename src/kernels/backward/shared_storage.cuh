@@ -34,6 +34,16 @@ struct Bf16GradQueryStage {
   alignas(kTileAlignment) uint8_t d_o_scaled_t[kHeadDim * kBlockM];  // dÔ''ᵀ (dV's B)
 };
 
+// x = dS 2^eq_i of one step, FP32 [query][key], from the key warpgroups to the dQ warpgroup
+// (dq_warpgroup.cuh). Rows are padded to 132 floats: the key warpgroups' scalar stores
+// (a warp: 4 queries 2 apart x 8 consecutive keys) then fall on 32 different banks, and the dQ
+// warpgroup's 16-byte loads (8 lanes: 2 queries x 64 bytes) conflict at most 2 ways.
+constexpr int kScoreGradientRowFloats = kBlockN + 4;
+struct ScoreGradientTile {
+  alignas(128) float x[kBlockM][kScoreGradientRowFloats];
+};
+constexpr int kScoreGradientBuffers = 2;
+
 // precision fp8: all five products in FP8.
 template <int kHeadDim>
 struct Fp8Storage {
@@ -43,9 +53,9 @@ struct Fp8Storage {
   alignas(kTileAlignment) uint8_t v[kBlockN * kHeadDim];             // V̂ rows (dPᵀ's A)
   alignas(kTileAlignment) uint8_t k_centered_t[kHeadDim * kBlockN];  // K̂cᵀ [d][key] (dQ's B)
   QueryStage stage[kQueryStages];
-  alignas(kTileAlignment) uint8_t g[kBlockM * kBlockN];  // Ĝ [query][key] (dQ's A)
   QueryFactors query[kQueryStages];
-  float column_amax[kWarps][kBlockM];
+  ScoreGradientTile score_gradient[kScoreGradientBuffers];
+  alignas(16) float key_centered_scale[kBlockN];  // 2^ekc_j of the tile's keys (dQ warpgroup)
 };
 
 // precision fp8-bf16grad: Sᵀ and dV in FP8; dPᵀ, dK and dQ in BF16 from the BF16 inputs.

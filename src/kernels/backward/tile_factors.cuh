@@ -33,7 +33,6 @@ __device__ __forceinline__ int register_column(int lane, int i) {
 // with the forward), K̂c's scale, V's exponent (dV's final scale) and the visibility index.
 struct KeyRowFactors {
   KeyColumnFactors score[kRowsPerThread];  // {2^ek, ev, 2^-ev}
-  float centered_scale[kRowsPerThread];    // 2^ekc
   int visibility[kRowsPerThread];
   int value_exp[kRowsPerThread];  // ev (for the final dV scale)
 };
@@ -50,9 +49,7 @@ __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& 
     const int64_t at = int64_t(item.kv_head) * p.total_k + j;
     const int ek = valid ? p.k_exp[at] : 0;
     const int ev = valid ? p.v_exp[at] : 0;
-    const int ekc = valid ? p.k_centered_exp[at] : 0;
     f.score[r] = key_column_factors(ek, ev);
-    f.centered_scale[r] = exp2_int(ekc);
     f.value_exp[r] = ev;
   }
   return f;
@@ -74,10 +71,8 @@ struct QueryFactors {
   float d_o_scale[kBlockM];          // 2^edo_i
   float delta[kBlockM];              // D_i (copied as is by cp.async)
   float2 softmax_stats[kBlockM];     // {M_i, l_i} as saved (cp.async staging for the above)
-  float q_inv_scale[kBlockM];        // 2^-eq_i (undoes x's 2^eq_i in dQ's block scale)
   int visibility[kBlockM];           // query_visibility_index
-  float dq_scale[kBlockM];           // softmax_scale * 2^gq_i, set per step once gq is known
-  float dq_operand_scale[kBlockM];   // FP8: 2^-(gq_i + eq_i), set per step (x -> Ĝ)
+  float dq_scale[kBlockM];           // BF16grad: softmax_scale (the FP8 dQ: dq_warpgroup.cuh)
   int value_block_exp;               // ew of the tile: one dO'' exponent per 64-query block
 };
 
@@ -144,9 +139,7 @@ struct QueryFactorFetch {
     const float inv_l = stats.y > 0.0f ? 1.0f / stats.y : 0.0f;
     f.probability_scale[t] = kBf16Grad ? inv_l : __fmul_rn(inv_l, exp2_int(eq));
     f.d_o_scale[t] = exp2_int(unpack(kDoExpShift));
-    f.q_inv_scale[t] = exp2_int(-eq);
     f.visibility[t] = query_visibility_index(item.span, q0 + t, p.causal != 0);
-    // dQ's row scale: softmax_scale alone for BF16grad; the FP8 path adds 2^gq_i per step.
     f.dq_scale[t] = p.softmax_scale;
     if (t == 0) f.value_block_exp = unpack(kBlockExpShift);
   }

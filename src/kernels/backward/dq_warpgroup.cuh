@@ -1,0 +1,236 @@
+// The FP8 backward's dQ warpgroup and its hand-off from the two key warpgroups (numerics §5.7).
+//
+// Per step, each key warpgroup waits until the step's buffer is free (kScoreGradientEmpty +
+// buffer), stores x = dS 2^eq_i of its 64 keys (score_gradient_half) into the step's
+// ScoreGradientTile, arrives on kScoreGradientFull + buffer and goes on with its dV and dK
+// products and the next step. The dQ warpgroup runs the same sequence of steps, at most two
+// behind, with y_ij = x_ij 2^ekc_j (the tile's centered-key scales, which it computes once):
+//   gq_i = scale_exponent(max_j |y_ij| 2^-eq_i) over the tile's 128 keys,
+//   Ĝ    = e4m3(y_ij * 2^-(gq_i + eq_i)), packed straight into FP8 A fragments (x is read twice:
+//          for the amax, then for the operand), after which the buffer is released,
+//   dQ  += (Ĝ K̂c) * softmax_scale * 2^gq_i: register-A wgmma in halves of 64 columns, each
+//          added to the FP32 buffer by float2 atomics (or in key-tile order when deterministic).
+// These are the values of the contract's operation order, so Ĝ is bit for bit what a single
+// pair of warpgroups would pack; only the FP32 additions' order varies, as with any atomics.
+// The key warpgroups thereby meet each other only at their loads' barrier, and their dQ
+// bookkeeping (a column amax across both, the Ĝ transpose, the dQ product's wait, the atomics)
+// runs beside them, in a third warp per scheduler.
+#pragma once
+
+#include <cstdint>
+
+#include "common/fp8_numerics.h"
+#include "kernels/backward/backward_config.h"
+#include "kernels/backward/backward_params.h"
+#include "kernels/backward/dq_accumulate.cuh"
+#include "kernels/backward/mma.cuh"
+#include "kernels/backward/query_pipeline.cuh"
+#include "kernels/backward/shared_storage.cuh"
+#include "kernels/backward/tile_factors.cuh"
+#include "kernels/common/softmax_numerics.cuh"
+#include "kernels/hopper/sync.cuh"
+#include "kernels/hopper/wgmma.cuh"
+
+namespace flamia::backward {
+
+constexpr int kFp8CtaThreads = kCtaThreads</*kBf16Grad=*/false>;
+
+// ---- key warpgroup side ------------------------------------------------------------------------
+
+// The thread's 32 values of x (rows: its two keys; columns: its 16 queries) into the step's tile,
+// between the wait for the buffer and the signal that it is full. Touches no wgmma register, so
+// it may run while the step's dV and dK products are in flight.
+__device__ __forceinline__ void hand_off_score_gradient(const float (&x)[kScoreRegisters],
+                                                        const int (&tile_row)[kRowsPerThread],
+                                                        int lane, ScoreGradientTile& tile,
+                                                        int buffer) {
+  hopper::named_barrier_sync(kScoreGradientEmpty + buffer, kFp8CtaThreads);
+#pragma unroll
+  for (int i = 0; i < kScoreRegisters; ++i)
+    tile.x[register_column(lane, i)][tile_row[register_row(i)]] = x[i];
+  hopper::named_barrier_arrive(kScoreGradientFull + buffer, kFp8CtaThreads);
+}
+
+// ---- dQ warpgroup ------------------------------------------------------------------------------
+
+constexpr int kDqProductColumns = 64;  // n of one dQ wgmma (32 accumulator registers)
+constexpr int kDqProductRegisters = accumulator_registers(kDqProductColumns);
+constexpr int kFloatsPerLoad = 4;  // 16-byte shared loads of x
+
+// The step's two query rows of this thread (tile-relative row0 and row0 + 8): their 2^-eq_i,
+// whether they lie in the document, and after the amax their dQ scales.
+struct DqRowFactors {
+  float q_inv_scale[kRowsPerThread];  // 2^-eq_i
+  bool visible[kRowsPerThread];
+  float dq_scale[kRowsPerThread];       // softmax_scale * 2^gq_i
+  float operand_scale[kRowsPerThread];  // 2^-(gq_i + eq_i): y -> Ĝ
+};
+
+__device__ __forceinline__ DqRowFactors fetch_dq_rows(const BackwardParams& p,
+                                                      const KeyTileItem& item, int head, int q0,
+                                                      int row0) {
+  DqRowFactors f;
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    const int i = q0 + row0 + 8 * r;
+    f.visible[r] = query_visibility_index(item.span, i, p.causal != 0) != kQueryOutside;
+    const int eq = f.visible[r] ? int(p.q_exp[int64_t(head) * p.total_q + i]) : 0;
+    f.q_inv_scale[r] = exp2_int(-eq);
+  }
+  return f;
+}
+
+// The first of the four keys of A-fragment register 2 half + r (hopper-fp8-facts.md: row
+// 16 w + lane / 4 + 8 (r & 1), k 16 (r >> 1) + 4 (lane & 3) + byte).
+__device__ __forceinline__ int fragment_key(int kk, int half, int lane) {
+  return kFp8MmaK * kk + 16 * half + kFloatsPerLoad * (lane & 3);
+}
+
+// y = x * 2^ekc of those four keys of `row` (the rounding the contract specifies: one product).
+__device__ __forceinline__ float4 load_y(const ScoreGradientTile& tile, const float4& key_scale,
+                                         int row, int key) {
+  const float4 x = *reinterpret_cast<const float4*>(&tile.x[row][key]);
+  return make_float4(__fmul_rn(x.x, key_scale.x), __fmul_rn(x.y, key_scale.y),
+                     __fmul_rn(x.z, key_scale.z), __fmul_rn(x.w, key_scale.w));
+}
+
+__device__ __forceinline__ float4 load_key_scales(const float* key_centered_scale, int key) {
+  return *reinterpret_cast<const float4*>(&key_centered_scale[key]);
+}
+
+// 2^ekc_j of the tile's 128 keys into shared memory, one per thread of the dQ warpgroup (then
+// its barrier).
+__device__ __forceinline__ void store_key_centered_scales(const BackwardParams& p,
+                                                          const KeyTileItem& item, int thread,
+                                                          float* key_centered_scale) {
+  const int j = item.key0 + thread;
+  const bool valid = key_visibility_index(item.span, j, p.causal != 0) != kKeyOutside;
+  const int ekc = valid ? int(p.k_centered_exp[int64_t(item.kv_head) * p.total_k + j]) : 0;
+  key_centered_scale[thread] = exp2_int(ekc);
+  hopper::named_barrier_sync(kDqWarpgroupBarrier, kDqWarpgroupThreads);
+}
+
+// gq_i from max_j |y_ij| over the 128 keys (the row's quad of lanes holds 32 keys each), and the
+// scales that follow from it (the rule of numerics §5.7: 2^-(gq + eq) clamped to FP32's normal
+// powers of two by power_of_two).
+__device__ __forceinline__ void find_dq_scales(const ScoreGradientTile& tile,
+                                               const float* key_centered_scale, int row0, int lane,
+                                               float softmax_scale, DqRowFactors& f) {
+  float row_amax[kRowsPerThread] = {0.0f, 0.0f};
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / kFp8MmaK; ++kk)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int key = fragment_key(kk, half, lane);
+      const float4 key_scale = load_key_scales(key_centered_scale, key);
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        const float4 v = load_y(tile, key_scale, row0 + 8 * r, key);
+        row_amax[r] =
+            fmaxf(fmaxf(row_amax[r], fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w)));
+      }
+      asm volatile("" ::: "memory");  // bounds the loads batched ahead (88 registers)
+    }
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    float amax = row_amax[r];
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+    amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+    const int gq = scale_exponent(__fmul_rn(amax, f.q_inv_scale[r]));
+    f.dq_scale[r] = softmax_scale * exp2_int(gq);
+    f.operand_scale[r] = __fmul_rn(power_of_two(-gq), f.q_inv_scale[r]);
+  }
+}
+
+// Ĝ as the A operand of dQ = Ĝ K̂c: 4 k32 steps of 4 registers.
+__device__ __forceinline__ void pack_query_gradient_operand(const ScoreGradientTile& tile,
+                                                            const float* key_centered_scale,
+                                                            int row0, int lane,
+                                                            const DqRowFactors& f,
+                                                            uint32_t (&g)[kBlockN / kFp8MmaK][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / kFp8MmaK; ++kk) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int key = fragment_key(kk, half, lane);
+      const float4 key_scale = load_key_scales(key_centered_scale, key);
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r) {
+        const float4 v = load_y(tile, key_scale, row0 + 8 * r, key);
+        const float s = f.operand_scale[r];
+        g[kk][2 * half + r] =
+            pack_e4m3x4(__fmul_rn(v.x, s), __fmul_rn(v.y, s), __fmul_rn(v.z, s), __fmul_rn(v.w, s));
+      }
+    }
+    // At most one k step's loads in flight (16 registers): within the warpgroup's budget.
+    asm volatile("" ::: "memory");
+  }
+}
+
+// The dQ warpgroup's whole CTA: every step of the key tile, in the key warpgroups' order.
+template <int kHeadDim>
+__device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const KeyTileItem& item,
+                                                 Fp8Storage<kHeadDim>& smem) {
+  const int thread = int(threadIdx.x) - kThreads;
+  const int warp = thread / kWarpSize;
+  const int lane = thread % kWarpSize;
+  const int row0 = 16 * warp + lane / 4;
+  const bool deterministic = p.deterministic != 0;
+  const DqAdders adders{kThreads, kDqWarpgroupBarrier, kDqWarpgroupThreads};
+  store_key_centered_scales(p, item, thread, smem.key_centered_scale);
+
+  // Both buffers start empty; afterwards reading step s's tile frees it for step s + 2.
+  StepCursor step = first_step(item, p.causal != 0);
+  StepCursor freed = step;
+#pragma unroll
+  for (int b = 0; b < kScoreGradientBuffers; ++b) {
+    if (freed.valid(item))
+      hopper::named_barrier_arrive(kScoreGradientEmpty + freed.stage, kFp8CtaThreads);
+    freed = freed.next(p.group_size);
+  }
+  while (step.valid(item)) {
+    const int head = step.head(item, p.group_size);
+    DqRowFactors rows = fetch_dq_rows(p, item, head, step.q0, row0);
+    const ScoreGradientTile& tile = smem.score_gradient[step.stage];
+    hopper::named_barrier_sync(kScoreGradientFull + step.stage, kFp8CtaThreads);
+    find_dq_scales(tile, smem.key_centered_scale, row0, lane, p.softmax_scale, rows);
+    uint32_t g[kBlockN / kFp8MmaK][4];
+    pack_query_gradient_operand(tile, smem.key_centered_scale, row0, lane, rows, g);
+    if (freed.valid(item))
+      hopper::named_barrier_arrive(kScoreGradientEmpty + step.stage, kFp8CtaThreads);
+    freed = freed.next(p.group_size);
+
+    // dQ in column halves; each half's partial is added before the next is computed.
+    auto products = [&](auto&& add) {
+#pragma unroll 1
+      for (int d0 = 0; d0 < kHeadDim; d0 += kDqProductColumns) {
+        float dq[kDqProductRegisters];
+        hopper::warpgroup_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockN / kFp8MmaK; ++kk)
+          mma_fp8_rs<kDqProductColumns>(
+              dq, g[kk], fp8_desc<kBlockN>(smem.k_centered_t + d0 * kBlockN, kk), kk > 0);
+        hopper::warpgroup_commit();
+        hopper::warpgroup_wait<0>();
+        hopper::fence_registers(dq);
+        add(dq, d0);
+      }
+    };
+    if (deterministic) {
+      in_dq_turn(dq_semaphore(p, item, head, step.q0), item.tile, adders, [&] {
+        products([&](const float(&dq)[kDqProductRegisters], int d0) {
+          add_dq_rows<kHeadDim, /*kOrdered=*/true>(p, dq, rows.dq_scale, rows.visible, head,
+                                                   step.q0, d0, warp, lane);
+        });
+      });
+    } else {
+      products([&](const float(&dq)[kDqProductRegisters], int d0) {
+        add_dq_rows<kHeadDim, /*kOrdered=*/false>(p, dq, rows.dq_scale, rows.visible, head, step.q0,
+                                                  d0, warp, lane);
+      });
+    }
+    step = step.next(p.group_size);
+  }
+}
+
+}  // namespace flamia::backward
