@@ -12,12 +12,11 @@ constexpr int kWarpgroupThreads = 128;
 constexpr int kConsumerWarpgroups = 2;                             // the key warpgroups
 constexpr int kThreads = kWarpgroupThreads * kConsumerWarpgroups;  // they also issue the loads
 constexpr int kWarpSize = 32;
-constexpr int kWarps = kThreads / kWarpSize;
 constexpr int kWarpsPerWarpgroup = kWarpgroupThreads / kWarpSize;
 
 // The FP8 path adds a dQ warpgroup (threads kThreads ..): the key warpgroups hand it each step's
-// y = dS 2^eq 2^ekc through shared memory (two buffers), and it finds dQ's block scales, packs Ĝ
-// in registers and runs dQ = Ĝ K̂c and the additions into the FP32 buffer on its own
+// x = dS 2^eq through shared memory (two buffers), and it applies 2^ekc, finds dQ's block scales,
+// packs Ĝ in registers and runs dQ = Ĝ K̂c and the additions into the FP32 buffer on its own
 // (dq_warpgroup.cuh). BF16grad keeps dQ in the key warpgroups.
 constexpr int kDqWarpgroupThreads = kWarpgroupThreads;
 template <bool kBf16Grad>
@@ -39,8 +38,8 @@ struct Fp8RegisterBudget {
 // Named barriers (0 is __syncthreads, which the FP8 CTA never uses: its roles never all meet).
 enum NamedBarrier : int {
   kKeyWarpgroupsBarrier = 1,  // the key warpgroups (kThreads): a step's loads are in
-  kScoreGradientFull = 2,     // + buffer: y written (key warpgroups arrive, dQ warpgroup waits)
-  kScoreGradientEmpty = 4,    // + buffer: y read (dQ warpgroup arrives, key warpgroups wait)
+  kScoreGradientFull = 2,     // + buffer: x written (key warpgroups arrive, dQ warpgroup waits)
+  kScoreGradientEmpty = 4,    // + buffer: x read (dQ warpgroup arrives, key warpgroups wait)
   kDqWarpgroupBarrier = 6,    // the dQ warpgroup alone (the deterministic order)
 };
 

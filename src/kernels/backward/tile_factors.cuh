@@ -30,7 +30,8 @@ __device__ __forceinline__ int register_column(int lane, int i) {
 }
 
 // The two key rows a thread owns: scales of the forward's score (key_column_factors, shared
-// with the forward), K̂c's scale, V's exponent (dV's final scale) and the visibility index.
+// with the forward), V's exponent (dV's final scale) and the visibility index. (K̂c's scales:
+// the dQ warpgroup's table, dq_warpgroup.cuh.)
 struct KeyRowFactors {
   KeyColumnFactors score[kRowsPerThread];  // {2^ek, ev, 2^-ev}
   int visibility[kRowsPerThread];

@@ -92,12 +92,16 @@ __device__ __forceinline__ float unnormalized_probability_polynomial(float t, fl
   return exp2_polynomial(__fsub_rn(t, offset));
 }
 
+// The E4M3 bytes of (x0, x1), x0 in the low byte, RNE satfinite.
+__device__ __forceinline__ uint16_t encode_e4m3x2(float x0, float x1) {
+  uint16_t bits;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;\n" : "=h"(bits) : "f"(x0), "f"(x1));
+  return bits;
+}
+
 // Packs 4 floats into 4 E4M3 bytes (x0 in the lowest byte), RNE satfinite.
 __device__ __forceinline__ uint32_t pack_e4m3x4(float x0, float x1, float x2, float x3) {
-  uint16_t lo, hi;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;\n" : "=h"(lo) : "f"(x0), "f"(x1));
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;\n" : "=h"(hi) : "f"(x2), "f"(x3));
-  return uint32_t(lo) | (uint32_t(hi) << 16);
+  return uint32_t(encode_e4m3x2(x0, x1)) | (uint32_t(encode_e4m3x2(x2, x3)) << 16);
 }
 
 // The two E4M3 bytes of `bits` (low byte first) as exact floats.
@@ -105,13 +109,6 @@ __device__ __forceinline__ float2 unpack_e4m3x2(uint16_t bits) {
   uint32_t halves;
   asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(halves) : "h"(bits));
   return __half22float2(*reinterpret_cast<const __half2*>(&halves));
-}
-
-// The E4M3 bytes of (x0, x1), x0 in the low byte: pack_e4m3x4's conversion.
-__device__ __forceinline__ uint16_t encode_e4m3x2(float x0, float x1) {
-  uint16_t bits;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %2, %1;\n" : "=h"(bits) : "f"(x0), "f"(x1));
-  return bits;
 }
 
 // (e4m3(x0), e4m3(x1)) as floats: the P̂ values pack_e4m3x4 stores, by the same conversion.
