@@ -110,6 +110,29 @@ __device__ __forceinline__ void store_key_centered_scales(const BackwardParams& 
   hopper::named_barrier_sync(kDqWarpgroupBarrier, kDqWarpgroupThreads);
 }
 
+// Visits y = x * 2^ekc of the thread's fragment keys: visit(kk, half, r, y) for each k step kk,
+// half and row r, the four keys of A-fragment register 2 half + r. kBoundEachHalf: where the
+// compiler may not batch loads further ahead (after each half, else after each k step), which
+// keeps the dQ warpgroup within its 88 registers.
+template <bool kBoundEachHalf, typename Visit>
+__device__ __forceinline__ void for_each_fragment_quad(const ScoreGradientTile& tile,
+                                                       const float* key_centered_scale, int row0,
+                                                       int lane, Visit&& visit) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / kFp8MmaK; ++kk) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int key = fragment_key(kk, half, lane);
+      const float4 key_scale = load_key_scales(key_centered_scale, key);
+#pragma unroll
+      for (int r = 0; r < kRowsPerThread; ++r)
+        visit(kk, half, r, load_y(tile, key_scale, row0 + 8 * r, key));
+      if constexpr (kBoundEachHalf) asm volatile("" ::: "memory");
+    }
+    if constexpr (!kBoundEachHalf) asm volatile("" ::: "memory");
+  }
+}
+
 // gq_i from max_j |y_ij| over the 128 keys (the row's quad of lanes holds 32 keys each), and the
 // scales that follow from it (the rule of numerics §5.7: 2^-(gq + eq) clamped to FP32's normal
 // powers of two by power_of_two).
@@ -117,20 +140,11 @@ __device__ __forceinline__ void find_dq_scales(const ScoreGradientTile& tile,
                                                const float* key_centered_scale, int row0, int lane,
                                                float softmax_scale, DqRowFactors& f) {
   float row_amax[kRowsPerThread] = {0.0f, 0.0f};
-#pragma unroll
-  for (int kk = 0; kk < kBlockN / kFp8MmaK; ++kk)
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int key = fragment_key(kk, half, lane);
-      const float4 key_scale = load_key_scales(key_centered_scale, key);
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) {
-        const float4 v = load_y(tile, key_scale, row0 + 8 * r, key);
+  for_each_fragment_quad</*kBoundEachHalf=*/true>(
+      tile, key_centered_scale, row0, lane, [&](int, int, int r, const float4& v) {
         row_amax[r] =
             fmaxf(fmaxf(row_amax[r], fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w)));
-      }
-      asm volatile("" ::: "memory");  // bounds the loads batched ahead (88 registers)
-    }
+      });
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     float amax = row_amax[r];
@@ -148,23 +162,12 @@ __device__ __forceinline__ void pack_query_gradient_operand(const ScoreGradientT
                                                             int row0, int lane,
                                                             const DqRowFactors& f,
                                                             uint32_t (&g)[kBlockN / kFp8MmaK][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kBlockN / kFp8MmaK; ++kk) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int key = fragment_key(kk, half, lane);
-      const float4 key_scale = load_key_scales(key_centered_scale, key);
-#pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r) {
-        const float4 v = load_y(tile, key_scale, row0 + 8 * r, key);
+  for_each_fragment_quad</*kBoundEachHalf=*/false>(
+      tile, key_centered_scale, row0, lane, [&](int kk, int half, int r, const float4& v) {
         const float s = f.operand_scale[r];
         g[kk][2 * half + r] =
             pack_e4m3x4(__fmul_rn(v.x, s), __fmul_rn(v.y, s), __fmul_rn(v.z, s), __fmul_rn(v.w, s));
-      }
-    }
-    // At most one k step's loads in flight (16 registers): within the warpgroup's budget.
-    asm volatile("" ::: "memory");
-  }
+      });
 }
 
 // The dQ warpgroup's whole CTA: every step of the key tile, in the key warpgroups' order.
