@@ -28,6 +28,7 @@
 #include "kernels/backward/shared_storage.cuh"
 #include "kernels/backward/tile_factors.cuh"
 #include "kernels/common/softmax_numerics.cuh"
+#include "kernels/hopper/bulk_reduce.cuh"
 #include "kernels/hopper/sync.cuh"
 #include "kernels/hopper/wgmma.cuh"
 
@@ -170,6 +171,65 @@ __device__ __forceinline__ void pack_query_gradient_operand(const ScoreGradientT
       });
 }
 
+// ---- dQ through bulk reductions (the atomic path) -----------------------------------------------
+//
+// Each thread writes its scaled dQ values (its two query rows) into the step's staging tile, and
+// the TMA unit adds every visible row to the FP32 dQ buffer with one bulk reduction
+// (cp.reduce.async.bulk .add.f32: element-wise atomic adds of whole rows), issued by one lane of
+// the four that wrote the row: lane 4k issues row k of the warp's 16 (its row 0), lane 4k + 1
+// row k + 8 (its row 1). The writers and the issuer of a row are lanes of one warp, so a warp
+// sync orders them, and the issuer alone waits before the row is rewritten.
+
+// Whether this lane issues one of its rows' reductions, and which (0 or 1).
+__device__ __forceinline__ int issued_row(int lane) {
+  return lane % 4;
+}
+__device__ __forceinline__ bool issues_row(int lane) {
+  return issued_row(lane) < kRowsPerThread;
+}
+
+// Before the step's values are written: the previous step's reductions of the warp's rows have
+// read the staging tile.
+__device__ __forceinline__ void wait_for_staging_rows(int lane) {
+  if (issues_row(lane)) hopper::bulk_wait_source_read();
+  __syncwarp();
+}
+
+// One column half (kDqProductColumns from d0) of the thread's rows, scaled by
+// softmax_scale * 2^gq_i, into the staging tile.
+template <int kHeadDim>
+__device__ __forceinline__ void stage_dq_half(DqStagingTile<kHeadDim>& staging,
+                                              const float (&dq)[kDqProductRegisters],
+                                              const DqRowFactors& f, int row0, int d0, int lane) {
+#pragma unroll
+  for (int i = 0; i < kDqProductRegisters; i += 2) {
+    const int r = register_row(i);
+    const float scale = f.dq_scale[r];
+    *reinterpret_cast<float2*>(&staging.row[row0 + 8 * r][d0 + register_column(lane, i)]) =
+        make_float2(__fmul_rn(dq[i], scale), __fmul_rn(dq[i + 1], scale));
+  }
+}
+
+// After both halves are staged: each issuing lane hands its row to the TMA unit (rows outside
+// the document are never added).
+template <int kHeadDim>
+__device__ __forceinline__ void add_staged_rows(const BackwardParams& p,
+                                                const DqStagingTile<kHeadDim>& staging,
+                                                const DqRowFactors& f, int head, int q0, int row0,
+                                                int lane) {
+  hopper::fence_proxy_async_shared();  // the writers' stores, before the TMA unit reads them
+  __syncwarp();
+  if (!issues_row(lane)) return;
+  const int r = issued_row(lane);
+  const bool visible = r == 0 ? f.visible[0] : f.visible[1];
+  if (visible) {
+    const int row = row0 + 8 * r;
+    hopper::bulk_reduce_add_f32(p.dq_accum + (int64_t(q0 + row) * p.heads_q + head) * kHeadDim,
+                                staging.row[row], kHeadDim * sizeof(float));
+  }
+  hopper::bulk_commit();
+}
+
 // The dQ warpgroup's whole CTA: every step of the key tile, in the key warpgroups' order.
 template <int kHeadDim>
 __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const KeyTileItem& item,
@@ -228,12 +288,15 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
       });
     } else {
       products([&](const float(&dq)[kDqProductRegisters], int d0) {
-        add_dq_rows<kHeadDim, /*kOrdered=*/false>(p, dq, rows.dq_scale, rows.visible, head, step.q0,
-                                                  d0, warp, lane);
+        if (d0 == 0) wait_for_staging_rows(lane);
+        stage_dq_half<kHeadDim>(smem.dq_staging, dq, rows, row0, d0, lane);
       });
+      add_staged_rows<kHeadDim>(p, smem.dq_staging, rows, head, step.q0, row0, lane);
     }
     step = step.next(p.group_size);
   }
+  // The staging tile must outlive the reductions that read it.
+  if (issues_row(lane)) hopper::bulk_wait_all();
 }
 
 }  // namespace flamia::backward

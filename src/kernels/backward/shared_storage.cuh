@@ -44,6 +44,15 @@ struct ScoreGradientTile {
 };
 constexpr int kScoreGradientBuffers = 2;
 
+// The dQ warpgroup's scaled dQ partial of one step, FP32 [query][d], from which the TMA unit adds
+// each query's row to the FP32 dQ buffer (bulk reductions, dq_warpgroup.cuh). Rows are padded by
+// 8 floats: a warp's float2 stores (8 rows x 4 lanes) then take the minimum two wavefronts.
+template <int kHeadDim>
+struct DqStagingTile {
+  static constexpr int kRowFloats = kHeadDim + 8;
+  alignas(128) float row[kBlockM][kRowFloats];
+};
+
 // precision fp8: all five products in FP8.
 template <int kHeadDim>
 struct Fp8Storage {
@@ -56,6 +65,7 @@ struct Fp8Storage {
   QueryFactors query[kQueryStages];
   ScoreGradientTile score_gradient[kScoreGradientBuffers];
   alignas(16) float key_centered_scale[kBlockN];  // 2^ekc_j of the tile's keys (dQ warpgroup)
+  DqStagingTile<kHeadDim> dq_staging;
 };
 
 // precision fp8-bf16grad: Sᵀ and dV in FP8; dPᵀ, dK and dQ in BF16 from the BF16 inputs.
@@ -83,5 +93,6 @@ constexpr size_t backward_smem_bytes() {
 // The largest configuration (BF16grad, hdim 128) must fit the 227 KB an sm_90 CTA may use.
 constexpr size_t kMaxDynamicSharedBytes = 227 * 1024;
 static_assert(backward_smem_bytes<128, true>() <= kMaxDynamicSharedBytes, "shared memory");
+static_assert(backward_smem_bytes<128, false>() <= kMaxDynamicSharedBytes, "shared memory");
 
 }  // namespace flamia::backward
