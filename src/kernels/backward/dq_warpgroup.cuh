@@ -9,11 +9,12 @@
 //   Ĝ    = e4m3(y_ij * 2^-(gq_i + eq_i)), packed straight into FP8 A fragments (x is read twice:
 //          for the amax, then for the operand), after which the buffer is released,
 //   dQ  += (Ĝ K̂c) * softmax_scale * 2^gq_i: register-A wgmma in halves of 64 columns, each
-//          added to the FP32 buffer by float2 atomics (or in key-tile order when deterministic).
+//          added to the FP32 buffer by bulk reductions of whole rows from a staging tile (in
+//          key-tile order when deterministic: a CTA passes the turn once its reductions are done).
 // These are the values of the contract's operation order, so Ĝ is bit for bit what a single
 // pair of warpgroups would pack; only the FP32 additions' order varies, as with any atomics.
 // The key warpgroups thereby meet each other only at their loads' barrier, and their dQ
-// bookkeeping (a column amax across both, the Ĝ transpose, the dQ product's wait, the atomics)
+// bookkeeping (a column amax across both, the Ĝ transpose, the dQ product's wait, the additions)
 // runs beside them, in a third warp per scheduler.
 #pragma once
 
@@ -279,19 +280,21 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
         add(dq, d0);
       }
     };
-    if (deterministic) {
-      in_dq_turn(dq_semaphore(p, item, head, step.q0), item.tile, adders, [&] {
-        products([&](const float(&dq)[kDqProductRegisters], int d0) {
-          add_dq_rows<kHeadDim, /*kOrdered=*/true>(p, dq, rows.dq_scale, rows.visible, head,
-                                                   step.q0, d0, warp, lane);
-        });
-      });
-    } else {
+    auto add_partial = [&] {
       products([&](const float(&dq)[kDqProductRegisters], int d0) {
         if (d0 == 0) wait_for_staging_rows(lane);
         stage_dq_half<kHeadDim>(smem.dq_staging, dq, rows, row0, d0, lane);
       });
       add_staged_rows<kHeadDim>(p, smem.dq_staging, rows, head, step.q0, row0, lane);
+    };
+    if (deterministic) {
+      in_dq_turn(dq_semaphore(p, item, head, step.q0), item.tile, adders, [&] {
+        hopper::fence_proxy_async_global();  // the turn (acquired), before this CTA's reductions
+        add_partial();
+        if (issues_row(lane)) hopper::bulk_wait_all();  // done before the turn passes
+      });
+    } else {
+      add_partial();
     }
     step = step.next(p.group_size);
   }

@@ -49,6 +49,11 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 __device__ __forceinline__ void fence_proxy_async_shared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
+// Orders this thread's generic-proxy accesses of global memory (an acquired flag) before its
+// later async-proxy operations on global memory (bulk reductions).
+__device__ __forceinline__ void fence_proxy_async_global() {
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+}
 
 // ---- warpgroup register budgets (need __launch_bounds__(threads, 1)) --------------------------
 template <int kRegisters>
