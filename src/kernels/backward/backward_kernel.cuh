@@ -18,7 +18,8 @@
 //   (atomics, or in key-tile order when deterministic).
 // dK and dV stay in registers across the whole CTA and are written once, as BF16.
 //
-// Loads: cooperative cp.async copies (the key warpgroups), pipelined one step ahead over two
+// Loads: the key tiles by cooperative cp.async copies, once; the query tiles of each step by TMA
+// (FP8; thread 0 issues them) or cp.async copies (BF16grad), pipelined one step ahead over two
 // shared-memory stages (query_pipeline.cuh): the copies and the query factors of step s + 1 are
 // in flight while step s runs its products.
 #pragma once
@@ -351,6 +352,7 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   StepCursor step = first_step(item, p.causal != 0);
   const UnmaskedQueryTiles unmasked = unmasked_query_tiles(item, p.causal != 0);
   QueryFactorFetch factors;
+  init_query_pipeline<kHeadDim, kBf16Grad>(smem, p);
   issue_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
   issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
   hopper::async_copy_commit();

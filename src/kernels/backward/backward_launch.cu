@@ -16,6 +16,7 @@
 #include "kernels/backward/backward_params.h"
 #include "kernels/backward/backward_schedule.h"
 #include "kernels/backward/dq_accumulate.cuh"
+#include "kernels/hopper/tensor_map.h"
 
 namespace flamia {
 namespace {
@@ -89,6 +90,47 @@ backward::BackwardParams make_params(const BackwardKernelArgs& a, float* dq_accu
   return p;
 }
 
+// The FP8 path's TMA maps of the per-step query tiles (BackwardParams). Not made when there is no
+// query (a map needs non-empty dimensions; no step runs then).
+cudaError_t make_query_maps(const PackedShape& s, backward::BackwardParams* p) {
+  if (s.total_q == 0) return cudaSuccess;
+  const char* what = nullptr;
+  const uint64_t d = uint64_t(s.head_dim);
+  hopper::ByteTensorMapSpec rows;  // [total_q][Hq][D]
+  rows.rank = 3;
+  rows.dims[0] = d;
+  rows.dims[1] = uint64_t(s.heads_q);
+  rows.dims[2] = uint64_t(s.total_q);
+  rows.strides_bytes[0] = d;
+  rows.strides_bytes[1] = uint64_t(s.heads_q) * d;
+  rows.box[0] = uint32_t(d);
+  rows.box[1] = 1;
+  rows.box[2] = backward::kBlockM;
+  rows.swizzle = hopper::swizzle_for_row_bytes(s.head_dim);
+  hopper::ByteTensorMapSpec token_major;  // [Hq * D][padded_q]; the padding holds zeros
+  token_major.rank = 2;
+  token_major.dims[0] = uint64_t(p->padded_q);
+  token_major.dims[1] = uint64_t(s.heads_q) * d;
+  token_major.strides_bytes[0] = uint64_t(p->padded_q);
+  token_major.box[0] = backward::kBlockM;
+  token_major.box[1] = uint32_t(d);
+  token_major.swizzle = hopper::swizzle_for_row_bytes(backward::kBlockM);
+  const struct {
+    hopper::ByteTensorMapSpec& spec;
+    const void* base;
+    CUtensorMap* map;
+  } maps[] = {{rows, p->q, &p->q_map},
+              {rows, p->d_o, &p->d_o_map},
+              {token_major, p->q_t, &p->q_t_map},
+              {token_major, p->d_o_scaled_t, &p->d_o_scaled_t_map}};
+  for (const auto& m : maps) {
+    m.spec.base = m.base;
+    const cudaError_t error = hopper::make_byte_tensor_map(m.spec, m.map, &what);
+    if (error != cudaSuccess) return error;
+  }
+  return cudaSuccess;
+}
+
 template <int kHeadDim>
 cudaError_t launch_for_head_dim(const BackwardKernelArgs& a, const backward::BackwardParams& p,
                                 cudaStream_t stream) {
@@ -144,7 +186,11 @@ cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream)
                                                tile_order, stream);
   if (error != cudaSuccess) return error;
 
-  const backward::BackwardParams p = make_params(args, dq_accum, semaphores, tile_order);
+  backward::BackwardParams p = make_params(args, dq_accum, semaphores, tile_order);
+  if (args.precision != BackwardPrecision::kFp8Bf16Grad) {
+    error = make_query_maps(s, &p);
+    if (error != cudaSuccess) return error;
+  }
   return s.head_dim == 64 ? launch_for_head_dim<64>(args, p, stream)
                           : launch_for_head_dim<128>(args, p, stream);
 }

@@ -2,6 +2,8 @@
 // from BackwardKernelArgs by backward_launch.cu.
 #pragma once
 
+#include <cuda.h>
+
 #include <cstdint>
 
 #include "common/views.h"
@@ -9,6 +11,11 @@
 namespace flamia::backward {
 
 struct BackwardParams {
+  // The FP8 path's per-step query tiles, loaded by TMA (query_pipeline.cuh); box kBlockM queries.
+  CUtensorMap q_map;             // Q̂ [total_q][Hq][D], box {D, 1, kBlockM}
+  CUtensorMap d_o_map;           // dÔ, the same shape
+  CUtensorMap q_t_map;           // Q̂ᵀ [Hq * D][padded_q], box {kBlockM, D}
+  CUtensorMap d_o_scaled_t_map;  // dÔ''ᵀ, the same shape
   const int32_t* cu_seqlens_q;
   const int32_t* cu_seqlens_k;
   int batch;

@@ -1,12 +1,19 @@
 // The CTA's sequence of steps (query tile x query head of the KV group) and the two-stage
-// pipeline of their loads: while step s runs its products on stage s % 2, the cp.async copies
-// of step s + 1 land in stage (s + 1) % 2 and its query factors are in flight in registers.
+// pipeline of their loads: while step s runs its products on stage s % 2, the copies of step
+// s + 1 land in stage (s + 1) % 2 and its query factors are in flight in registers.
 //
 //   prologue:  issue key tiles + step 0;  finish step 0 (wait, masks, factors, fence, barrier)
 //   step s:    issue step s + 1;  products of step s;  finish step s + 1
 //
 // A stage is free for step s + 1's copies when step s begins: its last reader, step s - 1,
 // waited for all of its wgmma and passed the barrier that ends finish().
+//
+// The FP8 path's four query tiles come by TMA, issued by thread 0 and completing on the stage's
+// mbarrier (query_full); BF16grad's by cooperative cp.async copies. TMA copies whole boxes, so a
+// tile that straddles the document holds a neighbour's tokens: the row-major tiles (Q̂, dÔ: the
+// N side of Sᵀ and dPᵀ, whose columns of other documents the masks replace by zeros) keep them;
+// the token-major ones (Q̂ᵀ, dÔ''ᵀ: the reduction side of dK and dV) are zeroed there byte by
+// byte, so nothing of another document, not even a NaN, reaches a product.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +26,7 @@
 #include "kernels/backward/tile_geometry.cuh"
 #include "kernels/backward/tile_loads.cuh"
 #include "kernels/hopper/sync.cuh"
+#include "kernels/hopper/tma.cuh"
 
 namespace flamia::backward {
 
@@ -26,7 +34,8 @@ namespace flamia::backward {
 struct StepCursor {
   int q0;
   int member;
-  int stage;  // shared-memory stage of the step's tiles and factors
+  int stage;       // shared-memory stage of the step's tiles and factors
+  uint32_t phase;  // parity of the stage's mbarrier phase for this step (uses of the stage, mod 2)
 
   __device__ __forceinline__ bool valid(const KeyTileItem& item) const {
     return q0 < item.span.q_end;
@@ -37,7 +46,8 @@ struct StepCursor {
   // Causal visibility is monotone in q0 (a later query tile has later rows), so after the first
   // query tile that sees the key tile every later one does: no tile is skipped past the first.
   __device__ __forceinline__ StepCursor next(int group_size) const {
-    StepCursor n{q0, member + 1, (stage + 1) % kQueryStages};
+    const int next_stage = (stage + 1) % kQueryStages;
+    StepCursor n{q0, member + 1, next_stage, next_stage == 0 ? phase ^ 1u : phase};
     if (n.member == group_size) {
       n.member = 0;
       n.q0 += kBlockM;
@@ -47,7 +57,7 @@ struct StepCursor {
 };
 
 __device__ __forceinline__ StepCursor first_step(const KeyTileItem& item, bool causal) {
-  return StepCursor{first_visible_query_tile(item, causal), 0, 0};
+  return StepCursor{first_visible_query_tile(item, causal), 0, 0, 0};
 }
 
 // ---- key tiles (once per CTA) ------------------------------------------------------------------
@@ -89,40 +99,71 @@ __device__ __forceinline__ void finish_key_tiles(BackwardStorage<kHeadDim, kBf16
 
 // ---- query tiles (per step) --------------------------------------------------------------------
 
+// The thread that issues the FP8 path's TMA copies and arms their mbarriers.
+__device__ __forceinline__ bool issues_query_tma() {
+  return threadIdx.x == 0;
+}
+
+// Once per CTA, before the first step's loads: the stages' mbarriers (one arrival: the issuing
+// thread's expect_tx), published to the key warpgroups.
 template <int kHeadDim, bool kBf16Grad>
-__device__ __forceinline__ void issue_query_tiles(
-    typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& stage, const BackwardParams& p,
-    const KeyTileItem& item, int head, int q0) {
-  const TokenRange queries{item.span.q_start, item.span.q_end};
-  const int64_t pitch = int64_t(p.heads_q) * kHeadDim;
-  const int64_t token_major_head = int64_t(head) * kHeadDim * p.padded_q;
-  Fp8RowsCopy<kBlockM, kHeadDim>::issue(stage.q, p.q + int64_t(head) * kHeadDim, pitch, q0,
-                                        queries);
-  Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>::issue(
-      stage.d_o_scaled_t, p.d_o_scaled_t + token_major_head, p.padded_q, q0, queries);
-  if constexpr (kBf16Grad) {
-    Bf16RowsCopy<kBlockM, kHeadDim>::issue(stage.d_o16, p.d_o16, head, q0, queries);
-    Bf16RowsCopy<kBlockM, kHeadDim>::issue(stage.q16, p.q16, head, q0, queries);  // dK's B
-  } else {
-    Fp8RowsCopy<kBlockM, kHeadDim>::issue(stage.d_o, p.d_o + int64_t(head) * kHeadDim, pitch, q0,
-                                          queries);
-    Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>::issue(
-        stage.q_t, p.q_t + token_major_head, p.padded_q, q0, queries);
+__device__ __forceinline__ void init_query_pipeline(BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                                    const BackwardParams& p) {
+  if constexpr (!kBf16Grad) {
+    if (issues_query_tma()) {
+#pragma unroll
+      for (int s = 0; s < kQueryStages; ++s) hopper::mbarrier_init(&smem.query_full[s], 1);
+      hopper::fence_mbarrier_init();
+      hopper::tma_prefetch_descriptor(&p.q_map);
+      hopper::tma_prefetch_descriptor(&p.d_o_map);
+      hopper::tma_prefetch_descriptor(&p.q_t_map);
+      hopper::tma_prefetch_descriptor(&p.d_o_scaled_t_map);
+    }
+    hopper::named_barrier_sync(kKeyWarpgroupsBarrier, kThreads);
   }
 }
 
-// After async_copy_wait_all(): the byte masks of the token-major tiles (by the threads that
-// issued them). BF16grad's Q rows need none: dK reads them N-major, as copied.
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void issue_query_tiles(BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                                  const BackwardParams& p, const KeyTileItem& item,
+                                                  int stage_index, int head, int q0) {
+  auto& stage = smem.stage[stage_index];
+  if constexpr (kBf16Grad) {
+    const TokenRange queries{item.span.q_start, item.span.q_end};
+    const int64_t pitch = int64_t(p.heads_q) * kHeadDim;
+    Fp8RowsCopy<kBlockM, kHeadDim>::issue(stage.q, p.q + int64_t(head) * kHeadDim, pitch, q0,
+                                          queries);
+    Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>::issue(
+        stage.d_o_scaled_t, p.d_o_scaled_t + int64_t(head) * kHeadDim * p.padded_q, p.padded_q,
+        q0, queries);
+    Bf16RowsCopy<kBlockM, kHeadDim>::issue(stage.d_o16, p.d_o16, head, q0, queries);
+    Bf16RowsCopy<kBlockM, kHeadDim>::issue(stage.q16, p.q16, head, q0, queries);  // dK's B
+  } else {
+    if (!issues_query_tma()) return;
+    uint64_t* full = &smem.query_full[stage_index];
+    hopper::mbarrier_arrive_expect_tx(full, Fp8QueryStage<kHeadDim>::kBytes);
+    hopper::tma_load_3d(stage.q, &p.q_map, full, 0, head, q0);
+    hopper::tma_load_3d(stage.d_o, &p.d_o_map, full, 0, head, q0);
+    hopper::tma_load_2d(stage.q_t, &p.q_t_map, full, q0, head * kHeadDim);
+    hopper::tma_load_2d(stage.d_o_scaled_t, &p.d_o_scaled_t_map, full, q0, head * kHeadDim);
+  }
+}
+
+// After async_copy_wait_all() (and, FP8, the stage's mbarrier): the byte masks of the
+// token-major tiles. BF16grad: by the threads that issued the copies, of the groups that
+// straddle the document's ends (cp.async zero-filled the others); its Q rows need none: dK reads
+// them N-major, as copied. FP8: every token outside the document, in tiles that straddle it.
 template <int kHeadDim, bool kBf16Grad>
 __device__ __forceinline__ void finish_query_tiles(
     typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& stage, const KeyTileItem& item,
     int q0) {
+  using TokenMajor = Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>;
   const TokenRange queries{item.span.q_start, item.span.q_end};
-  Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>::mask_partial_groups(stage.d_o_scaled_t,
-                                                                               q0, queries);
-  if constexpr (!kBf16Grad) {
-    Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>::mask_partial_groups(stage.q_t, q0,
-                                                                                 queries);
+  if constexpr (kBf16Grad) {
+    TokenMajor::mask_partial_groups(stage.d_o_scaled_t, q0, queries);
+  } else if (q0 < queries.lo || q0 + kBlockM > queries.hi) {
+    TokenMajor::mask_outside_tokens(stage.d_o_scaled_t, q0, queries);
+    TokenMajor::mask_outside_tokens(stage.q_t, q0, queries);
   }
 }
 
@@ -136,7 +177,7 @@ __device__ __forceinline__ void issue_step_loads(BackwardStorage<kHeadDim, kBf16
                                                  QueryFactorFetch& factors) {
   if (!step.valid(item)) return;
   const int head = step.head(item, p.group_size);
-  issue_query_tiles<kHeadDim, kBf16Grad>(smem.stage[step.stage], p, item, head, step.q0);
+  issue_query_tiles<kHeadDim, kBf16Grad>(smem, p, item, step.stage, head, step.q0);
   factors.fetch(smem.query[step.stage], p, item, head, step.q0);
 }
 
@@ -151,6 +192,7 @@ __device__ __forceinline__ void finish_step_loads(BackwardStorage<kHeadDim, kBf1
                                                   const QueryFactorFetch& factors) {
   hopper::async_copy_wait_all();
   if (step.valid(item)) {
+    if constexpr (!kBf16Grad) hopper::mbarrier_wait(&smem.query_full[step.stage], step.phase);
     finish_query_tiles<kHeadDim, kBf16Grad>(smem.stage[step.stage], item, step.q0);
     factors.store<kBf16Grad>(smem.query[step.stage], p, item, step.q0);
   }

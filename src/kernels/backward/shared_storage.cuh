@@ -19,6 +19,7 @@ constexpr int kQueryStages = 2;
 // precision fp8.
 template <int kHeadDim>
 struct Fp8QueryStage {
+  static constexpr uint32_t kBytes = 4 * kBlockM * kHeadDim;  // the four tiles
   alignas(kTileAlignment) uint8_t q[kBlockM * kHeadDim];             // Q̂ rows (Sᵀ's B)
   alignas(kTileAlignment) uint8_t d_o[kBlockM * kHeadDim];           // dÔ rows (dPᵀ's B)
   alignas(kTileAlignment) uint8_t q_t[kHeadDim * kBlockM];           // Q̂ᵀ [d][query] (dK's B)
@@ -62,6 +63,7 @@ struct Fp8Storage {
   alignas(kTileAlignment) uint8_t v[kBlockN * kHeadDim];             // V̂ rows (dPᵀ's A)
   alignas(kTileAlignment) uint8_t k_centered_t[kHeadDim * kBlockN];  // K̂cᵀ [d][key] (dQ's B)
   QueryStage stage[kQueryStages];
+  uint64_t query_full[kQueryStages];  // a stage's TMA copies have landed (query_pipeline.cuh)
   QueryFactors query[kQueryStages];
   ScoreGradientTile score_gradient[kScoreGradientBuffers];
   alignas(16) float key_centered_scale[kBlockN];  // 2^ekc_j of the tile's keys (dQ warpgroup)

@@ -124,6 +124,19 @@ struct Fp8TokenMajorCopy : TileVectors<kRows * kTokens / kBytesPerVector> {
                             any);
     }
   }
+  // Zeroes every token outside `valid` in the thread's slots, whatever wrote them (the FP8
+  // path's TMA copies a whole box).
+  __device__ __forceinline__ static void mask_outside_tokens(uint8_t* tile, int first,
+                                                             TokenRange valid) {
+    const int group_first = first + group_of_thread() * kPermutationGroup;
+    if (group_first >= valid.lo && group_first + kPermutationGroup <= valid.hi) return;
+    uint8_t* const slot0 = first_slot(tile);
+#pragma unroll
+    for (int k = 0; k < Base::kPerThread; ++k) {
+      uint4* at = reinterpret_cast<uint4*>(slot0 + k * kSlotRows * kTokens);
+      *at = mask_token_group<kPermuted>(*at, group_first, valid);
+    }
+  }
   __device__ __forceinline__ static void mask_partial_groups(uint8_t* tile, int first,
                                                              TokenRange valid) {
     const int group_first = first + group_of_thread() * kPermutationGroup;
