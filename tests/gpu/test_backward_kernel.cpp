@@ -164,6 +164,105 @@ INSTANTIATE_TEST_SUITE_P(Deterministic, BackwardDeterminismTest,
                          ::testing::ValuesIn(determinism_cases()),
                          [](const auto& info) { return info.param.name; });
 
+// ---- document isolation -------------------------------------------------------------------------
+
+// A document's tiles start at floor16 of its first token and run past its last, so they also
+// cover tokens of its neighbours (and the FP8 path's TMA copies them in). Those must never reach
+// a product: with every operand byte of documents 0 and 2 set to E4M3 NaN, document 1's dQ, dK
+// and dV are bit for bit those of the clean run (deterministic dQ, so that it compares bitwise).
+constexpr uint8_t kE4m3Nan = 0x7F;
+
+struct TokenRangeOf {
+  int lo, hi;
+  bool contains(int t) const { return t >= lo && t < hi; }
+};
+
+void poison_rows(std::vector<uint8_t>& values, int heads, int d, TokenRangeOf doc) {
+  for (int t = doc.lo; t < doc.hi; ++t)
+    std::fill_n(values.begin() + size_t(t) * heads * d, size_t(heads) * d, kE4m3Nan);
+}
+
+// Token-major [heads][D][padded] copies; permuted: slot p of each group of 16 holds token
+// 16 (p / 16) + permuted_token(p % 16).
+void poison_token_major(std::vector<uint8_t>& values, int padded, TokenRangeOf doc, bool permuted) {
+  for (size_t at = 0; at < values.size(); ++at) {
+    const int slot = int(at % size_t(padded));
+    const int token = permuted ? slot - slot % 16 + permuted_token(slot % 16) : slot;
+    if (doc.contains(token)) values[at] = kE4m3Nan;
+  }
+}
+
+HostOperands with_poisoned_document(const ref::Problem& p, HostOperands ops, int doc_index) {
+  const TokenRangeOf q{p.cu_seqlens_q[doc_index], p.cu_seqlens_q[doc_index + 1]};
+  const TokenRangeOf k{p.cu_seqlens_k[doc_index], p.cu_seqlens_k[doc_index + 1]};
+  const int d = p.head_dim;
+  const int padded_q = int(padded_tokens(p.total_q())), padded_k = int(padded_tokens(p.total_k()));
+  poison_rows(ops.fwd.q.values, p.heads_q, d, q);
+  poison_rows(ops.bwd.d_o.values, p.heads_q, d, q);
+  poison_rows(ops.fwd.k.values, p.heads_kv, d, k);
+  poison_rows(ops.fwd.v.values, p.heads_kv, d, k);
+  poison_token_major(ops.bwd.q_t, padded_q, q, /*permuted=*/true);
+  poison_token_major(ops.bwd.d_o_scaled_t, padded_q, q, /*permuted=*/true);
+  poison_token_major(ops.fwd.v_t, padded_k, k, /*permuted=*/true);
+  poison_token_major(ops.bwd.k_centered_t, padded_k, k, /*permuted=*/false);
+  return ops;
+}
+
+// Rows [lo, hi) of a dense [tokens][heads][D] BF16 gradient.
+std::vector<uint16_t> token_rows(const std::vector<uint16_t>& g, int heads, int d, TokenRangeOf r) {
+  return std::vector<uint16_t>(g.begin() + size_t(r.lo) * heads * d,
+                               g.begin() + size_t(r.hi) * heads * d);
+}
+
+class BackwardIsolationTest : public ::testing::TestWithParam<BackwardCase> {};
+
+TEST_P(BackwardIsolationTest, NeighbourNaNsStayOut) {
+  FLAMIA_REQUIRE_SM90();
+  const BackwardCase& c = GetParam();
+  KernelCase k(c);
+  const ref::Problem& p = k.problem;
+  const HostOperands poisoned =
+      with_poisoned_document(p, with_poisoned_document(p, k.ops, 0), 2);
+  DeviceBackwardProblem dirty(p, k.inputs, poisoned, k.forward.softmax_stats);
+  const BackwardRun clean_run = k.device.run(c.precision, /*deterministic=*/true);
+  const BackwardRun dirty_run = dirty.run(c.precision, /*deterministic=*/true);
+  ASSERT_EQ(clean_run.sync, cudaSuccess) << cudaGetErrorString(clean_run.sync);
+  ASSERT_EQ(dirty_run.sync, cudaSuccess) << cudaGetErrorString(dirty_run.sync);
+
+  const int d = p.head_dim;
+  const TokenRangeOf q1{p.cu_seqlens_q[1], p.cu_seqlens_q[2]};
+  const TokenRangeOf k1{p.cu_seqlens_k[1], p.cu_seqlens_k[2]};
+  const TokenRangeOf q0{p.cu_seqlens_q[0], p.cu_seqlens_q[1]};
+  // The poison is live: document 0's own gradients are not finite.
+  EXPECT_GT(count_not_finite(bits_to_float(token_rows(dirty_run.dq, p.heads_q, d, q0))), 0u);
+  const std::vector<uint16_t> dq = token_rows(clean_run.dq, p.heads_q, d, q1);
+  EXPECT_EQ(count_not_finite(bits_to_float(dq)), 0u);
+  EXPECT_TRUE(token_rows(dirty_run.dq, p.heads_q, d, q1) == dq) << "dQ of document 1";
+  EXPECT_TRUE(token_rows(dirty_run.dk, p.heads_kv, d, k1) ==
+              token_rows(clean_run.dk, p.heads_kv, d, k1))
+      << "dK of document 1";
+  EXPECT_TRUE(token_rows(dirty_run.dv, p.heads_kv, d, k1) ==
+              token_rows(clean_run.dv, p.heads_kv, d, k1))
+      << "dV of document 1";
+}
+
+std::vector<BackwardCase> isolation_cases() {
+  std::vector<BackwardCase> cases;
+  for (int d : {64, 128})
+    for (bool causal : {true, false})
+      for (BackwardPrecision precision : {BackwardPrecision::kFp8, BackwardPrecision::kFp8Bf16Grad}) {
+        BackwardCase c{"d" + std::to_string(d) + (causal ? "_causal" : "_full") +
+                           (precision == BackwardPrecision::kFp8 ? "_fp8" : "_bf16grad"),
+                       {100, 77, 150}, {}, 4, 2, d, causal};
+        c.precision = precision;
+        cases.push_back(c);
+      }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Documents, BackwardIsolationTest, ::testing::ValuesIn(isolation_cases()),
+                         [](const auto& info) { return info.param.name; });
+
 // ---- P̂ rebuilt by the backward vs the contract's P̂ ----------------------------------------------
 
 // The backward's P̂ (debug output) against e4m3(exp2(t - M + 8)) of the reference, with the
