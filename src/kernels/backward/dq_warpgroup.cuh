@@ -8,7 +8,7 @@
 //   gq_i = scale_exponent(max_j |y_ij| 2^-eq_i) over the tile's 128 keys,
 //   Ĝ    = e4m3(y_ij * 2^-(gq_i + eq_i)), packed straight into FP8 A fragments (x is read twice:
 //          for the amax, then for the operand), after which the buffer is released,
-//   dQ  += (Ĝ K̂c) * softmax_scale * 2^gq_i: register-A wgmma in halves of 64 columns, each
+//   dQ  += (Ĝ K̂c) * softmax_scale * 2^gq_i: register-A wgmma in slices of 32 columns, each
 //          added to the FP32 buffer by bulk reductions of whole rows from a staging tile (in
 //          key-tile order when deterministic: a CTA passes the turn once its reductions are done).
 // These are the values of the contract's operation order, so Ĝ is bit for bit what a single
@@ -55,7 +55,9 @@ __device__ __forceinline__ void hand_off_score_gradient(const float (&x)[kScoreR
 
 // ---- dQ warpgroup ------------------------------------------------------------------------------
 
-constexpr int kDqProductColumns = 64;  // n of one dQ wgmma (32 accumulator registers)
+// n of one dQ wgmma (16 accumulator registers): the products run in column slices, two in flight,
+// so that one slice's staging stores overlap the next slice's product.
+constexpr int kDqProductColumns = 32;
 constexpr int kDqProductRegisters = accumulator_registers(kDqProductColumns);
 constexpr int kFloatsPerLoad = 4;  // 16-byte shared loads of x
 
@@ -196,10 +198,10 @@ __device__ __forceinline__ void wait_for_staging_rows(int lane) {
   __syncwarp();
 }
 
-// One column half (kDqProductColumns from d0) of the thread's rows, scaled by
+// One column slice (kDqProductColumns from d0) of the thread's rows, scaled by
 // softmax_scale * 2^gq_i, into the staging tile.
 template <int kHeadDim>
-__device__ __forceinline__ void stage_dq_half(DqStagingTile<kHeadDim>& staging,
+__device__ __forceinline__ void stage_dq_slice(DqStagingTile<kHeadDim>& staging,
                                               const float (&dq)[kDqProductRegisters],
                                               const DqRowFactors& f, int row0, int d0, int lane) {
 #pragma unroll
@@ -264,27 +266,34 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
       hopper::named_barrier_arrive(kScoreGradientEmpty + step.stage, kFp8CtaThreads);
     freed = freed.next(p.group_size);
 
-    // dQ in column halves; each half's partial is added before the next is computed.
-    auto products = [&](auto&& add) {
-#pragma unroll 1
-      for (int d0 = 0; d0 < kHeadDim; d0 += kDqProductColumns) {
-        float dq[kDqProductRegisters];
+    // dQ = Ĝ K̂c in column slices: slice c + 1's product is in flight while slice c is staged.
+    auto add_partial = [&] {
+      constexpr int kSlices = kHeadDim / kDqProductColumns;
+      float dq[2][kDqProductRegisters];
+      auto issue = [&](int slice) {
         hopper::warpgroup_fence();
 #pragma unroll
         for (int kk = 0; kk < kBlockN / kFp8MmaK; ++kk)
           mma_fp8_rs<kDqProductColumns>(
-              dq, g[kk], fp8_desc<kBlockN>(smem.k_centered_t + d0 * kBlockN, kk), kk > 0);
+              dq[slice % 2], g[kk],
+              fp8_desc<kBlockN>(smem.k_centered_t + slice * kDqProductColumns * kBlockN, kk),
+              kk > 0);
         hopper::warpgroup_commit();
-        hopper::warpgroup_wait<0>();
-        hopper::fence_registers(dq);
-        add(dq, d0);
+      };
+      issue(0);
+      wait_for_staging_rows(lane);
+#pragma unroll
+      for (int slice = 0; slice < kSlices; ++slice) {
+        if (slice + 1 < kSlices) {
+          issue(slice + 1);
+          hopper::warpgroup_wait<1>();
+        } else {
+          hopper::warpgroup_wait<0>();
+        }
+        hopper::fence_registers(dq[slice % 2]);
+        stage_dq_slice<kHeadDim>(smem.dq_staging, dq[slice % 2], rows, row0,
+                                 slice * kDqProductColumns, lane);
       }
-    };
-    auto add_partial = [&] {
-      products([&](const float(&dq)[kDqProductRegisters], int d0) {
-        if (d0 == 0) wait_for_staging_rows(lane);
-        stage_dq_half<kHeadDim>(smem.dq_staging, dq, rows, row0, d0, lane);
-      });
       add_staged_rows<kHeadDim>(p, smem.dq_staging, rows, head, step.q0, row0, lane);
     };
     if (deterministic) {

@@ -23,7 +23,8 @@ __device__ __forceinline__ void mma_fp8_ss(float (&d)[kN / 2], uint64_t a, uint6
 template <int kN>
 __device__ __forceinline__ void mma_fp8_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b,
                                            int accumulate) {
-  static_assert(kN == 64 || kN == 128, "FP8 RS width");
+  static_assert(kN == 32 || kN == 64 || kN == 128, "FP8 RS width");
+  if constexpr (kN == 32) hopper::wgmma_fp8_rs_n32(d, a, b, accumulate);
   if constexpr (kN == 64) hopper::wgmma_fp8_rs_n64(d, a, b, accumulate);
   if constexpr (kN == 128) hopper::wgmma_fp8_rs_n128(d, a, b, accumulate);
 }
