@@ -221,8 +221,7 @@ TEST_P(BackwardIsolationTest, NeighbourNaNsStayOut) {
   const BackwardCase& c = GetParam();
   KernelCase k(c);
   const ref::Problem& p = k.problem;
-  const HostOperands poisoned =
-      with_poisoned_document(p, with_poisoned_document(p, k.ops, 0), 2);
+  const HostOperands poisoned = with_poisoned_document(p, with_poisoned_document(p, k.ops, 0), 2);
   DeviceBackwardProblem dirty(p, k.inputs, poisoned, k.forward.softmax_stats);
   const BackwardRun clean_run = k.device.run(c.precision, /*deterministic=*/true);
   const BackwardRun dirty_run = dirty.run(c.precision, /*deterministic=*/true);
@@ -250,10 +249,16 @@ std::vector<BackwardCase> isolation_cases() {
   std::vector<BackwardCase> cases;
   for (int d : {64, 128})
     for (bool causal : {true, false})
-      for (BackwardPrecision precision : {BackwardPrecision::kFp8, BackwardPrecision::kFp8Bf16Grad}) {
+      for (BackwardPrecision precision :
+           {BackwardPrecision::kFp8, BackwardPrecision::kFp8Bf16Grad}) {
         BackwardCase c{"d" + std::to_string(d) + (causal ? "_causal" : "_full") +
                            (precision == BackwardPrecision::kFp8 ? "_fp8" : "_bf16grad"),
-                       {100, 77, 150}, {}, 4, 2, d, causal};
+                       {100, 77, 150},
+                       {},
+                       4,
+                       2,
+                       d,
+                       causal};
         c.precision = precision;
         cases.push_back(c);
       }

@@ -202,8 +202,8 @@ __device__ __forceinline__ void wait_for_staging_rows(int lane) {
 // softmax_scale * 2^gq_i, into the staging tile.
 template <int kHeadDim>
 __device__ __forceinline__ void stage_dq_slice(DqStagingTile<kHeadDim>& staging,
-                                              const float (&dq)[kDqProductRegisters],
-                                              const DqRowFactors& f, int row0, int d0, int lane) {
+                                               const float (&dq)[kDqProductRegisters],
+                                               const DqRowFactors& f, int row0, int d0, int lane) {
 #pragma unroll
   for (int i = 0; i < kDqProductRegisters; i += 2) {
     const int r = register_row(i);

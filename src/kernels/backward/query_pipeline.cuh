@@ -134,8 +134,8 @@ __device__ __forceinline__ void issue_query_tiles(BackwardStorage<kHeadDim, kBf1
     Fp8RowsCopy<kBlockM, kHeadDim>::issue(stage.q, p.q + int64_t(head) * kHeadDim, pitch, q0,
                                           queries);
     Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>::issue(
-        stage.d_o_scaled_t, p.d_o_scaled_t + int64_t(head) * kHeadDim * p.padded_q, p.padded_q,
-        q0, queries);
+        stage.d_o_scaled_t, p.d_o_scaled_t + int64_t(head) * kHeadDim * p.padded_q, p.padded_q, q0,
+        queries);
     Bf16RowsCopy<kBlockM, kHeadDim>::issue(stage.d_o16, p.d_o16, head, q0, queries);
     Bf16RowsCopy<kBlockM, kHeadDim>::issue(stage.q16, p.q16, head, q0, queries);  // dK's B
   } else {

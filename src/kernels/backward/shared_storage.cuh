@@ -19,7 +19,7 @@ constexpr int kQueryStages = 2;
 // precision fp8.
 template <int kHeadDim>
 struct Fp8QueryStage {
-  static constexpr uint32_t kBytes = 4 * kBlockM * kHeadDim;  // the four tiles
+  static constexpr uint32_t kBytes = 4 * kBlockM * kHeadDim;         // the four tiles
   alignas(kTileAlignment) uint8_t q[kBlockM * kHeadDim];             // Q̂ rows (Sᵀ's B)
   alignas(kTileAlignment) uint8_t d_o[kBlockM * kHeadDim];           // dÔ rows (dPᵀ's B)
   alignas(kTileAlignment) uint8_t q_t[kHeadDim * kBlockM];           // Q̂ᵀ [d][query] (dK's B)
