@@ -12,10 +12,10 @@
 //   dSᵀ = P ∘ (dPᵀ - D)
 //   dV += P̂ᵀ dÔ''             (FP8 RS, A from registers)
 //   dK += Ĥᵀ Q̂ (FP8 RS) or dSᵀ Q (BF16 RS)
-//   FP8:      y = dS 2^eq 2^ekc handed to the dQ warpgroup, which runs dQ partial = Ĝ K̂c
-//             (FP8 RS) and adds it to the FP32 dQ buffer,
+//   FP8:      x = dS 2^eq handed to the dQ warpgroup, which runs dQ partial = Ĝ K̂c (FP8 RS)
+//             and adds it to the FP32 dQ buffer by bulk reductions (dq_warpgroup.cuh),
 //   BF16grad: dQ partial = dS K (BF16 SS), added by the key warpgroups themselves
-//   (atomics, or in key-tile order when deterministic).
+//   (float2 atomics, or in key-tile order when deterministic).
 // dK and dV stay in registers across the whole CTA and are written once, as BF16.
 //
 // Loads: the key tiles by cooperative cp.async copies, once; the query tiles of each step by TMA
@@ -140,10 +140,8 @@ __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const
       }
 }
 
-// `under_first_products` runs while the step's first products (Sᵀ and half of dPᵀ) are in
-// flight: the previous step's dQ atomics, whose latency the tensor cores then hide. What it
-// reads must be no wgmma's accumulator and it must not branch, or ptxas serializes every wgmma
-// of the kernel (C7517/C7518).
+// Work placed between a wgmma's issue and its wait must read no wgmma's accumulator and must not
+// branch, or ptxas serializes every wgmma of the kernel (C7517/C7518).
 // kDebugPHat: the test instrument's instantiation (write_debug_p_hat). It is a template
 // parameter, not a runtime branch, so the production kernel's step loop carries none of its
 // code (it was a third of the loop's static instructions).

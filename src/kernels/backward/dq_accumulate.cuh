@@ -1,7 +1,8 @@
 // Adding a CTA's dQ partial of one (query tile, head) into the FP32 dQ buffer, and the post-pass
-// that converts that buffer to the BF16 output.
+// that converts that buffer to the BF16 output. (The FP8 path's dQ warpgroup adds through bulk
+// reductions from shared memory instead, dq_warpgroup.cuh, with the same deterministic order.)
 //
-// Default: float2 atomics (red.global.add.v2.f32): fast, but the order of the additions from the
+// BF16grad: float2 atomics (red.global.add.v2.f32): fast, but the order of the additions from the
 // key tiles of a document varies from run to run. Deterministic: the key tiles of a document
 // add their partials to a query tile in increasing key-tile order, ordered by a semaphore per
 // (head, query tile) that holds the index of the key tile whose turn it is. A CTA waits only on
