@@ -65,9 +65,7 @@ ForwardRun run_forward_kernel(const ref::Problem& problem, const HostOperands& o
   cudaMemset(p_hat.get(), 0, p_hat_count * sizeof(float));
 
   ForwardKernelArgs args;
-  args.shape = packed_shape_of(problem);
-  args.shape.cu_seqlens_q = cu_q.get();
-  args.shape.cu_seqlens_k = cu_k.get();
+  args.shape = packed_shape_of(problem, cu_q.get(), cu_k.get());
   args.softmax_scale = problem.softmax_scale;
   args.in.q = {q.get(), reinterpret_cast<int8_t*>(q_exp.get())};
   args.in.k = {k.get(), reinterpret_cast<int8_t*>(k_exp.get())};

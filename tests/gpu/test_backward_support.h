@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpu_test_utils.h"
+#include "packed_shape.h"
 #include "kernels/backward/backward.h"
 #include "reference/attention_ref.h"
 
@@ -64,22 +65,6 @@ inline HostOperands make_host_operands(const ref::Problem& p, const ref::Inputs&
   ops.fwd = ref::quantize_forward_operands(p, in);
   ops.bwd = ref::quantize_backward_operands(p, in, ops.fwd, o, stats);
   return ops;
-}
-
-inline PackedShape packed_shape_of(const ref::Problem& p) {
-  PackedShape s;
-  s.batch = p.batch();
-  s.total_q = p.total_q();
-  s.total_k = p.total_k();
-  s.heads_q = p.heads_q;
-  s.heads_kv = p.heads_kv;
-  s.head_dim = p.head_dim;
-  s.causal = p.causal;
-  for (int b = 0; b < p.batch(); ++b) {
-    s.max_seqlen_q = std::max(s.max_seqlen_q, p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b]);
-    s.max_seqlen_k = std::max(s.max_seqlen_k, p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b]);
-  }
-  return s;
 }
 
 // A BF16 output (tokens, heads, D) with padded strides (head pitch D + 8, so strides are not
@@ -178,9 +163,7 @@ class DeviceBackwardProblem {
 
   BackwardRun run(BackwardPrecision precision, bool deterministic, bool debug_p_hat = false) {
     BackwardKernelArgs a;
-    a.shape = packed_shape_of(p_);
-    a.shape.cu_seqlens_q = cu_q_.get();
-    a.shape.cu_seqlens_k = cu_k_.get();
+    a.shape = packed_shape_of(p_, cu_q_.get(), cu_k_.get());
     a.softmax_scale = p_.softmax_scale;
     a.precision = precision;
     a.deterministic = deterministic;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "gpu_test_utils.h"
+#include "packed_shape.h"
 #include "kernels/forward/forward.h"
 #include "reference/attention_ref.h"
 
@@ -52,22 +53,8 @@ ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs
   stats.poison();
 
   ForwardKernelArgs args;
-  PackedShape& s = args.shape;
-  s.cu_seqlens_q = cu_q.get();
-  s.cu_seqlens_k = cu_k.get();
-  s.batch = problem.batch();
-  s.total_q = problem.total_q();
-  s.total_k = problem.total_k();
-  s.heads_q = problem.heads_q;
-  s.heads_kv = problem.heads_kv;
-  s.head_dim = problem.head_dim;
-  s.causal = problem.causal;
-  for (int b = 0; b < problem.batch(); ++b) {
-    s.max_seqlen_q =
-        std::max(s.max_seqlen_q, problem.cu_seqlens_q[b + 1] - problem.cu_seqlens_q[b]);
-    s.max_seqlen_k =
-        std::max(s.max_seqlen_k, problem.cu_seqlens_k[b + 1] - problem.cu_seqlens_k[b]);
-  }
+  args.shape = packed_shape_of(problem, cu_q.get(), cu_k.get());
+  const PackedShape& s = args.shape;
   args.softmax_scale = problem.softmax_scale;
   args.in.q = {q.get(), reinterpret_cast<int8_t*>(q_exp.get())};
   args.in.k = {k.get(), reinterpret_cast<int8_t*>(k_exp.get())};
