@@ -115,20 +115,15 @@ cudaError_t make_query_maps(const PackedShape& s, backward::BackwardParams* p) {
   token_major.box[0] = backward::kBlockM;
   token_major.box[1] = uint32_t(d);
   token_major.swizzle = hopper::swizzle_for_row_bytes(backward::kBlockM);
-  const struct {
-    hopper::ByteTensorMapSpec& spec;
-    const void* base;
-    CUtensorMap* map;
-  } maps[] = {{rows, p->q, &p->q_map},
-              {rows, p->d_o, &p->d_o_map},
-              {token_major, p->q_t, &p->q_t_map},
-              {token_major, p->d_o_scaled_t, &p->d_o_scaled_t_map}};
-  for (const auto& m : maps) {
-    m.spec.base = m.base;
-    const cudaError_t error = hopper::make_byte_tensor_map(m.spec, m.map, &what);
-    if (error != cudaSuccess) return error;
-  }
-  return cudaSuccess;
+  auto make = [&](hopper::ByteTensorMapSpec spec, const void* base, CUtensorMap* map) {
+    spec.base = base;
+    return hopper::make_byte_tensor_map(spec, map, &what);
+  };
+  cudaError_t error = make(rows, p->q, &p->q_map);
+  if (error == cudaSuccess) error = make(rows, p->d_o, &p->d_o_map);
+  if (error == cudaSuccess) error = make(token_major, p->q_t, &p->q_t_map);
+  if (error == cudaSuccess) error = make(token_major, p->d_o_scaled_t, &p->d_o_scaled_t_map);
+  return error;
 }
 
 template <int kHeadDim>

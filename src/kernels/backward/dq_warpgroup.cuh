@@ -174,7 +174,7 @@ __device__ __forceinline__ void pack_query_gradient_operand(const ScoreGradientT
       });
 }
 
-// ---- dQ through bulk reductions (the atomic path) -----------------------------------------------
+// ---- dQ through bulk reductions (both the atomic and the deterministic order) -------------------
 //
 // Each thread writes its scaled dQ values (its two query rows) into the step's staging tile, and
 // the TMA unit adds every visible row to the FP32 dQ buffer with one bulk reduction
@@ -213,7 +213,7 @@ __device__ __forceinline__ void stage_dq_slice(DqStagingTile<kHeadDim>& staging,
   }
 }
 
-// After both halves are staged: each issuing lane hands its row to the TMA unit (rows outside
+// After every slice is staged: each issuing lane hands its row to the TMA unit (rows outside
 // the document are never added).
 template <int kHeadDim>
 __device__ __forceinline__ void add_staged_rows(const BackwardParams& p,

@@ -129,20 +129,22 @@ struct Fp8TokenMajorCopy : TileVectors<kRows * kTokens / kBytesPerVector> {
   __device__ __forceinline__ static void mask_outside_tokens(uint8_t* tile, int first,
                                                              TokenRange valid) {
     const int group_first = first + group_of_thread() * kPermutationGroup;
-    if (group_first >= valid.lo && group_first + kPermutationGroup <= valid.hi) return;
-    uint8_t* const slot0 = first_slot(tile);
-#pragma unroll
-    for (int k = 0; k < Base::kPerThread; ++k) {
-      uint4* at = reinterpret_cast<uint4*>(slot0 + k * kSlotRows * kTokens);
-      *at = mask_token_group<kPermuted>(*at, group_first, valid);
-    }
+    if (group_first < valid.lo || group_first + kPermutationGroup > valid.hi)
+      mask_slots(tile, group_first, valid);
   }
   __device__ __forceinline__ static void mask_partial_groups(uint8_t* tile, int first,
                                                              TokenRange valid) {
     const int group_first = first + group_of_thread() * kPermutationGroup;
     const bool any = group_first < valid.hi && group_first + kPermutationGroup > valid.lo;
     const bool partial = group_first < valid.lo || group_first + kPermutationGroup > valid.hi;
-    if (!(any && partial)) return;
+    if (any && partial) mask_slots(tile, group_first, valid);
+  }
+
+ private:
+  // The thread's slots (one 16-token group, every kSlotRows-th row), tokens outside `valid`
+  // zeroed.
+  __device__ __forceinline__ static void mask_slots(uint8_t* tile, int group_first,
+                                                    TokenRange valid) {
     uint8_t* const slot0 = first_slot(tile);
 #pragma unroll
     for (int k = 0; k < Base::kPerThread; ++k) {
