@@ -94,6 +94,17 @@ __device__ __forceinline__ void mma_value_gradient(float (&dv)[kHeadDim / 2],
 
 // ---- the step ---------------------------------------------------------------------------------
 
+// The block exponent ew of dÔ'' of the step's query tile: BF16grad's factors hold it once; the FP8
+// path's per row, read at the tile's first row inside the document (every such row has it).
+__device__ __forceinline__ int tile_value_block_exp(const QueryFactors& qf, const KeyTileItem&,
+                                                    int) {
+  return qf.value_block_exp;
+}
+__device__ __forceinline__ int tile_value_block_exp(const Fp8QueryFactors& qf,
+                                                    const KeyTileItem& item, int q0) {
+  return qf.value_block_exp[max(q0, item.span.q_start) - q0];
+}
+
 // Per-thread state that lives across the whole CTA.
 template <int kHeadDim>
 struct KeyGradientState {
@@ -118,9 +129,10 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[kRegisters],
 
 // Debug hook: writes this step's P̂ for visible pairs as the real value it stands for,
 // e4m3_decode(P̂) * 2^(M_i - 8) (exact), so that passes with different offsets compare directly.
+template <typename Factors>
 __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const KeyTileItem& item,
                                                   const uint32_t (&p_hat)[kBlockM / kFp8MmaK][4],
-                                                  const KeyRowFactors& key, const QueryFactors& qf,
+                                                  const KeyRowFactors& key, const Factors& qf,
                                                   const int (&tile_row)[kRowsPerThread], int head,
                                                   int q0, int lane) {
 #pragma unroll
@@ -167,7 +179,7 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
   const int q0 = step.q0;
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   const int lane = threadIdx.x % kWarpSize;
-  QueryFactors& qf = smem.query[step.stage];
+  const auto& qf = smem.query[step.stage];
 
   const int key_row0 = warpgroup * kKeysPerWarpgroup;
   float s[kScoreRegisters];
@@ -204,7 +216,7 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
   }
   if constexpr (kDebugPHat) write_debug_p_hat(p, item, p_hat, key, qf, tile_row, head, q0, lane);
 
-  const int ew = qf.value_block_exp;
+  const int ew = tile_value_block_exp(qf, item, q0);
   if (ew != state.dv_unit) {
     const float factor[kRowsPerThread] = {power_of_two(state.dv_unit - ew),
                                           power_of_two(state.dv_unit - ew)};

@@ -1,6 +1,7 @@
 // launch_backward: BackwardKernelArgs -> kernel parameters, scratch carving, and the launch
 // sequence on the caller's stream (no host synchronisation, graph-capturable):
-//   1. zero the FP32 dQ buffer (and the deterministic semaphores); plan the CTA launch order,
+//   1. zero the FP32 dQ buffer (and the deterministic semaphores); plan the CTA launch order;
+//      FP8: the per-query factors (row_factors.h),
 //   2. the backward kernel (dK, dV written; dQ partials accumulated),
 //   3. the dQ post-pass (FP32 -> BF16 into the strided output).
 #include <cuda_runtime.h>
@@ -16,6 +17,7 @@
 #include "kernels/backward/backward_params.h"
 #include "kernels/backward/backward_schedule.h"
 #include "kernels/backward/dq_accumulate.cuh"
+#include "kernels/backward/row_factors.h"
 #include "kernels/hopper/tensor_map.h"
 
 namespace flamia {
@@ -90,13 +92,14 @@ backward::BackwardParams make_params(const BackwardKernelArgs& a, float* dq_accu
   return p;
 }
 
-// The FP8 path's TMA maps of the per-step query tiles (BackwardParams). Not made when there is no
-// query (a map needs non-empty dimensions; no step runs then).
-cudaError_t make_query_maps(const PackedShape& s, backward::BackwardParams* p) {
+// The FP8 path's TMA maps of the per-step query tiles and query factors (BackwardParams). Not
+// made when there is no query (a map needs non-empty dimensions; no step runs then).
+cudaError_t make_query_maps(const PackedShape& s, const float* row_factors,
+                            backward::BackwardParams* p) {
   if (s.total_q == 0) return cudaSuccess;
   const char* what = nullptr;
   const uint64_t d = uint64_t(s.head_dim);
-  hopper::ByteTensorMapSpec rows;  // [total_q][Hq][D]
+  hopper::TensorMapSpec rows;  // [total_q][Hq][D]
   rows.rank = 3;
   rows.dims[0] = d;
   rows.dims[1] = uint64_t(s.heads_q);
@@ -107,7 +110,7 @@ cudaError_t make_query_maps(const PackedShape& s, backward::BackwardParams* p) {
   rows.box[1] = 1;
   rows.box[2] = backward::kBlockM;
   rows.swizzle = hopper::swizzle_for_row_bytes(s.head_dim);
-  hopper::ByteTensorMapSpec token_major;  // [Hq * D][padded_q]; the padding holds zeros
+  hopper::TensorMapSpec token_major;  // [Hq * D][padded_q]; the padding holds zeros
   token_major.rank = 2;
   token_major.dims[0] = uint64_t(p->padded_q);
   token_major.dims[1] = uint64_t(s.heads_q) * d;
@@ -115,14 +118,24 @@ cudaError_t make_query_maps(const PackedShape& s, backward::BackwardParams* p) {
   token_major.box[0] = backward::kBlockM;
   token_major.box[1] = uint32_t(d);
   token_major.swizzle = hopper::swizzle_for_row_bytes(backward::kBlockM);
-  auto make = [&](hopper::ByteTensorMapSpec spec, const void* base, CUtensorMap* map) {
+  hopper::TensorMapSpec factors;  // FP32 [Hq * kRowFactorFields][padded_q], rows past total_q 0
+  factors.element = hopper::TmaElement::kFloat32;
+  factors.rank = 2;
+  factors.dims[0] = uint64_t(s.total_q);
+  factors.dims[1] = uint64_t(s.heads_q) * backward::kRowFactorFields;
+  factors.strides_bytes[0] = uint64_t(p->padded_q) * sizeof(float);
+  factors.box[0] = backward::kBlockM;
+  factors.box[1] = backward::kRowFactorFields;
+  factors.swizzle = hopper::TmaSwizzle::kNone;
+  auto make = [&](hopper::TensorMapSpec spec, const void* base, CUtensorMap* map) {
     spec.base = base;
-    return hopper::make_byte_tensor_map(spec, map, &what);
+    return hopper::make_tensor_map(spec, map, &what);
   };
   cudaError_t error = make(rows, p->q, &p->q_map);
   if (error == cudaSuccess) error = make(rows, p->d_o, &p->d_o_map);
   if (error == cudaSuccess) error = make(token_major, p->q_t, &p->q_t_map);
   if (error == cudaSuccess) error = make(token_major, p->d_o_scaled_t, &p->d_o_scaled_t_map);
+  if (error == cudaSuccess) error = make(factors, row_factors, &p->row_factors_map);
   return error;
 }
 
@@ -154,6 +167,7 @@ size_t backward_scratch_bytes(const PackedShape& shape, bool deterministic) {
   size_t bytes = align_up(dq_accum_bytes(shape));
   if (deterministic) bytes += align_up(dq_semaphore_bytes(shape));
   bytes += align_up(backward::tile_order_bytes(key_tile_pairs(shape)));
+  bytes += align_up(backward::row_factors_bytes(shape.heads_q, int(padded_tokens(shape.total_q))));
   return bytes;
 }
 
@@ -172,6 +186,8 @@ cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream)
   int32_t* semaphores =
       args.deterministic ? carver.take<int32_t>(size_t(s.heads_q) * s.total_q) : nullptr;
   int32_t* tile_order = carver.take<int32_t>(size_t(key_tile_pairs(s)));
+  float* row_factors = carver.take<float>(
+      backward::row_factors_bytes(s.heads_q, int(padded_tokens(s.total_q))) / sizeof(float));
 
   cudaError_t error = cudaMemsetAsync(dq_accum, 0, dq_accum_bytes(s), stream);
   if (error == cudaSuccess && semaphores != nullptr)
@@ -183,7 +199,8 @@ cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream)
 
   backward::BackwardParams p = make_params(args, dq_accum, semaphores, tile_order);
   if (args.precision != BackwardPrecision::kFp8Bf16Grad) {
-    error = make_query_maps(s, &p);
+    error = make_query_maps(s, row_factors, &p);
+    if (error == cudaSuccess) error = backward::launch_row_factors(p, row_factors, stream);
     if (error != cudaSuccess) return error;
   }
   return s.head_dim == 64 ? launch_for_head_dim<64>(args, p, stream)

@@ -16,6 +16,9 @@ struct BackwardParams {
   CUtensorMap d_o_map;           // dÔ, the same shape
   CUtensorMap q_t_map;           // Q̂ᵀ [Hq * D][padded_q], box {kBlockM, D}
   CUtensorMap d_o_scaled_t_map;  // dÔ''ᵀ, the same shape
+  // Fp8QueryFactors of every (query head, token): [Hq * kRowFactorFields][padded_q] FP32 words
+  // (row_factors.cu), box {kBlockM, kRowFactorFields}.
+  CUtensorMap row_factors_map;
   const int32_t* cu_seqlens_q;
   const int32_t* cu_seqlens_k;
   int batch;

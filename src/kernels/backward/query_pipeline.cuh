@@ -118,6 +118,7 @@ __device__ __forceinline__ void init_query_pipeline(BackwardStorage<kHeadDim, kB
       hopper::tma_prefetch_descriptor(&p.d_o_map);
       hopper::tma_prefetch_descriptor(&p.q_t_map);
       hopper::tma_prefetch_descriptor(&p.d_o_scaled_t_map);
+      hopper::tma_prefetch_descriptor(&p.row_factors_map);
     }
     hopper::named_barrier_sync(kKeyWarpgroupsBarrier, kThreads);
   }
@@ -141,35 +142,44 @@ __device__ __forceinline__ void issue_query_tiles(BackwardStorage<kHeadDim, kBf1
   } else {
     if (!issues_query_tma()) return;
     uint64_t* full = &smem.query_full[stage_index];
-    hopper::mbarrier_arrive_expect_tx(full, Fp8QueryStage<kHeadDim>::kBytes);
+    hopper::mbarrier_arrive_expect_tx(full,
+                                      Fp8QueryStage<kHeadDim>::kBytes + sizeof(Fp8QueryFactors));
     hopper::tma_load_3d(stage.q, &p.q_map, full, 0, head, q0);
     hopper::tma_load_3d(stage.d_o, &p.d_o_map, full, 0, head, q0);
     hopper::tma_load_2d(stage.q_t, &p.q_t_map, full, q0, head * kHeadDim);
     hopper::tma_load_2d(stage.d_o_scaled_t, &p.d_o_scaled_t_map, full, q0, head * kHeadDim);
+    hopper::tma_load_2d(&smem.query[stage_index], &p.row_factors_map, full, q0,
+                        head * kRowFactorFields);
   }
 }
 
 // After async_copy_wait_all() (and, FP8, the stage's mbarrier): the byte masks of the
 // token-major tiles. BF16grad: by the threads that issued the copies, of the groups that
 // straddle the document's ends (cp.async zero-filled the others); its Q rows need none: dK reads
-// them N-major, as copied. FP8: every token outside the document, in tiles that straddle it.
+// them N-major, as copied. FP8: every token outside the document, in tiles that straddle it,
+// and those rows' visibility in the step's factors (copied as their own document's).
 template <int kHeadDim, bool kBf16Grad>
-__device__ __forceinline__ void finish_query_tiles(
-    typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& stage, const KeyTileItem& item,
-    int q0) {
+__device__ __forceinline__ void finish_query_tiles(BackwardStorage<kHeadDim, kBf16Grad>& smem,
+                                                   int stage_index, const KeyTileItem& item,
+                                                   int q0) {
   using TokenMajor = Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>;
+  auto& stage = smem.stage[stage_index];
   const TokenRange queries{item.span.q_start, item.span.q_end};
   if constexpr (kBf16Grad) {
     TokenMajor::mask_partial_groups(stage.d_o_scaled_t, q0, queries);
   } else if (q0 < queries.lo || q0 + kBlockM > queries.hi) {
     TokenMajor::mask_outside_tokens(stage.d_o_scaled_t, q0, queries);
     TokenMajor::mask_outside_tokens(stage.q_t, q0, queries);
+    const int row = threadIdx.x;
+    if (row < kBlockM && (q0 + row < queries.lo || q0 + row >= queries.hi))
+      smem.query[stage_index].visibility[row] = kQueryOutside;
   }
 }
 
 // ---- one stage ---------------------------------------------------------------------------------
 
-// Issues the copies of `step` and fetches its factors (into its stage and `factors`).
+// Issues the copies of `step` (FP8: its factors come with them) and, BF16grad, fetches its
+// factors (into its stage and `factors`).
 template <int kHeadDim, bool kBf16Grad>
 __device__ __forceinline__ void issue_step_loads(BackwardStorage<kHeadDim, kBf16Grad>& smem,
                                                  const BackwardParams& p, const KeyTileItem& item,
@@ -178,13 +188,13 @@ __device__ __forceinline__ void issue_step_loads(BackwardStorage<kHeadDim, kBf16
   if (!step.valid(item)) return;
   const int head = step.head(item, p.group_size);
   issue_query_tiles<kHeadDim, kBf16Grad>(smem, p, item, step.stage, head, step.q0);
-  factors.fetch(smem.query[step.stage], p, item, head, step.q0);
+  if constexpr (kBf16Grad) factors.fetch(smem.query[step.stage], p, item, head, step.q0);
 }
 
-// Completes `step`'s stage: waits for this thread's copies, patches them, writes the factors,
-// and publishes everything to the key warpgroups (and to wgmma) with a proxy fence and their
-// barrier. The barrier also ends the previous step: every reader of its stage is done after it
-// (the dQ warpgroup reads no query stage).
+// Completes `step`'s stage: waits for this thread's copies, patches them, writes the factors
+// (BF16grad), and publishes everything to the key warpgroups (and to wgmma) with a proxy fence and
+// their barrier. The barrier also ends the previous step: every reader of its stage is done after
+// it (the dQ warpgroup reads no query stage).
 template <int kHeadDim, bool kBf16Grad>
 __device__ __forceinline__ void finish_step_loads(BackwardStorage<kHeadDim, kBf16Grad>& smem,
                                                   const BackwardParams& p, const KeyTileItem& item,
@@ -193,8 +203,8 @@ __device__ __forceinline__ void finish_step_loads(BackwardStorage<kHeadDim, kBf1
   hopper::async_copy_wait_all();
   if (step.valid(item)) {
     if constexpr (!kBf16Grad) hopper::mbarrier_wait(&smem.query_full[step.stage], step.phase);
-    finish_query_tiles<kHeadDim, kBf16Grad>(smem.stage[step.stage], item, step.q0);
-    factors.store<kBf16Grad>(smem.query[step.stage], p, item, step.q0);
+    finish_query_tiles<kHeadDim, kBf16Grad>(smem, step.stage, item, step.q0);
+    if constexpr (kBf16Grad) factors.store<kBf16Grad>(smem.query[step.stage], p, item, step.q0);
   }
   hopper::fence_proxy_async_shared();
   hopper::named_barrier_sync(kKeyWarpgroupsBarrier, kThreads);

@@ -30,10 +30,10 @@ __device__ __forceinline__ int column_of_group(int group, int lane) {
 // (unmasked_query_tiles), so no mask is evaluated.
 // kPairLoads: each factor of the group's two columns in one 8-byte load (the BF16grad kernel
 // spills with them, so it loads per element).
-template <bool kMasked, bool kPairLoads>
+template <bool kMasked, bool kPairLoads, typename Factors>
 __device__ __forceinline__ void rebuild_probabilities(float (&s)[kScoreRegisters],
-                                                      const KeyRowFactors& key,
-                                                      const QueryFactors& qf, int lane) {
+                                                      const KeyRowFactors& key, const Factors& qf,
+                                                      int lane) {
 #pragma unroll
   for (int group = 0; group < kScoreRegisters / kRegistersPerGroup; ++group) {
     const int col = column_of_group(group, lane);
@@ -78,13 +78,13 @@ constexpr int kHalfScoreRegisters = kScoreRegisters / kScoreHalves;
 // operand register swap of hopper-fp8-facts.md, where word 2h + r holds row r's bytes of groups
 // 2h (low half) and 2h + 1 (high half) of the k step's four. (Packing P̂ from the conversions
 // done here, rather than converting p again, saves two conversions per four elements.)
-template <bool kBf16Grad, int kHalf, bool kMasked>
+template <bool kBf16Grad, int kHalf, bool kMasked, typename Factors>
 __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegisters],
                                                     const float (&dp)[kHalfScoreRegisters],
                                                     float (&ds)[kScoreRegisters],
                                                     uint32_t (&p_hat_operand)[4],
-                                                    const KeyRowFactors& key,
-                                                    const QueryFactors& qf, int lane) {
+                                                    const KeyRowFactors& key, const Factors& qf,
+                                                    int lane) {
   static_assert(kHalfScoreRegisters == 16, "one k32 step of the P̂ᵀ operand per half");
   constexpr int kGroupsPerHalf = kHalfScoreRegisters / kRegistersPerGroup;
 #pragma unroll

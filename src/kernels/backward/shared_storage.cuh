@@ -64,7 +64,7 @@ struct Fp8Storage {
   alignas(kTileAlignment) uint8_t k_centered_t[kHeadDim * kBlockN];  // K̂cᵀ [d][key] (dQ's B)
   QueryStage stage[kQueryStages];
   uint64_t query_full[kQueryStages];  // a stage's TMA copies have landed (query_pipeline.cuh)
-  QueryFactors query[kQueryStages];
+  alignas(128) Fp8QueryFactors query[kQueryStages];  // TMA destinations too
   ScoreGradientTile score_gradient[kScoreGradientBuffers];
   alignas(16) float key_centered_scale[kBlockN];  // 2^ekc_j of the tile's keys (dQ warpgroup)
   DqStagingTile<kHeadDim> dq_staging;

@@ -77,6 +77,45 @@ struct QueryFactors {
   int value_block_exp;               // ew of the tile: one dO'' exponent per 64-query block
 };
 
+// The FP8 path's query factors of one step: the same values per query row, but computed once
+// per (query head, token) before the kernel (row_factors.cu) and loaded with the step's query
+// tiles by TMA (one box of kRowFactorFields rows of kBlockM FP32 words: the fields in this
+// order), so that the key warpgroups fetch and compute nothing per step. visibility is the
+// token's own document's index (query_visibility_index); in tiles that straddle the CTA's
+// document the rows outside it are set to kQueryOutside after the copy (finish_query_tiles).
+// value_block_exp: the row's block exponent ew of dÔ'' (one per 64-query block of a document).
+struct Fp8QueryFactors {
+  float row_factor[kBlockM];
+  float offset[kBlockM];
+  float probability_scale[kBlockM];
+  float d_o_scale[kBlockM];
+  float delta[kBlockM];
+  int visibility[kBlockM];
+  int value_block_exp[kBlockM];
+};
+constexpr int kRowFactorFields = 7;
+static_assert(sizeof(Fp8QueryFactors) == kRowFactorFields * kBlockM * sizeof(float),
+              "the TMA box: kRowFactorFields rows of kBlockM words");
+
+// The per-row values both paths compute from the saved statistics and exponents (the FP8
+// path's row_factors.cu, BF16grad's QueryFactorFetch::store): bit for bit the same.
+struct RowFactorValues {
+  float row_factor, offset, probability_scale, d_o_scale;
+};
+template <bool kBf16Grad>
+__device__ __forceinline__ RowFactorValues row_factor_values(float scale_log2, int eq, int edo,
+                                                             float2 stats /* {M, l} */) {
+  RowFactorValues v;
+  v.row_factor = query_row_factor(scale_log2, eq);
+  v.offset = softmax_offset(stats.x);
+  // A valid row always has l > 0 when it sees a key (its own diagonal key at least); rows with
+  // l = 0 see no key, so every element is masked and the value is never used.
+  const float inv_l = stats.y > 0.0f ? 1.0f / stats.y : 0.0f;
+  v.probability_scale = kBf16Grad ? inv_l : __fmul_rn(inv_l, exp2_int(eq));
+  v.d_o_scale = exp2_int(edo);
+  return v;
+}
+
 // Factors of columns (col, col + 1), col even.
 __device__ __forceinline__ float2 column_pair(const float (&factor)[kBlockM], int col) {
   return *reinterpret_cast<const float2*>(&factor[col]);
@@ -131,15 +170,12 @@ struct QueryFactorFetch {
                                         const KeyTileItem& item, int q0) const {
     const int t = threadIdx.x;
     if (t >= kBlockM) return;
-    const int eq = unpack(kQueryExpShift);
-    const float2 stats = f.softmax_stats[t];  // {M, l}
-    f.row_factor[t] = query_row_factor(p.scale_log2, eq);
-    f.offset[t] = softmax_offset(stats.x);
-    // A valid row always has l > 0 when it sees a key (its own diagonal key at least); rows with
-    // l = 0 see no key, so every element is masked and the value is never used.
-    const float inv_l = stats.y > 0.0f ? 1.0f / stats.y : 0.0f;
-    f.probability_scale[t] = kBf16Grad ? inv_l : __fmul_rn(inv_l, exp2_int(eq));
-    f.d_o_scale[t] = exp2_int(unpack(kDoExpShift));
+    const RowFactorValues v = row_factor_values<kBf16Grad>(p.scale_log2, unpack(kQueryExpShift),
+                                                           unpack(kDoExpShift), f.softmax_stats[t]);
+    f.row_factor[t] = v.row_factor;
+    f.offset[t] = v.offset;
+    f.probability_scale[t] = v.probability_scale;
+    f.d_o_scale[t] = v.d_o_scale;
     f.visibility[t] = query_visibility_index(item.span, q0 + t, p.causal != 0);
     f.dq_scale[t] = p.softmax_scale;
     if (t == 0) f.value_block_exp = unpack(kBlockExpShift);

@@ -14,7 +14,7 @@ cudaError_t make_maps(const ForwardKernelArgs& args, ForwardParams* params) {
   using Tile = ForwardTile<kHeadDim>;
   const PackedShape& s = args.shape;
   const char* what = nullptr;
-  hopper::ByteTensorMapSpec q;
+  hopper::TensorMapSpec q;
   q.base = args.in.q.values;
   q.rank = 3;
   q.dims[0] = kHeadDim;
@@ -26,19 +26,19 @@ cudaError_t make_maps(const ForwardKernelArgs& args, ForwardParams* params) {
   q.box[1] = 1;
   q.box[2] = Tile::kBlockM;
   q.swizzle = hopper::swizzle_for_row_bytes(kHeadDim);
-  cudaError_t err = hopper::make_byte_tensor_map(q, &params->q_map, &what);
+  cudaError_t err = hopper::make_tensor_map(q, &params->q_map, &what);
   if (err != cudaSuccess || s.total_k == 0) return err;  // no keys: K/V maps never used
 
-  hopper::ByteTensorMapSpec k = q;
+  hopper::TensorMapSpec k = q;
   k.base = args.in.k.values;
   k.dims[1] = s.heads_kv;
   k.dims[2] = s.total_k;
   k.strides_bytes[1] = uint64_t(s.heads_kv) * kHeadDim;
   k.box[2] = Tile::kBlockN;
-  err = hopper::make_byte_tensor_map(k, &params->k_map, &what);
+  err = hopper::make_tensor_map(k, &params->k_map, &what);
   if (err != cudaSuccess) return err;
 
-  hopper::ByteTensorMapSpec vt;
+  hopper::TensorMapSpec vt;
   vt.base = args.in.v_t.values;
   vt.rank = 2;
   vt.dims[0] = uint64_t(padded_tokens(s.total_k));
@@ -47,11 +47,11 @@ cudaError_t make_maps(const ForwardKernelArgs& args, ForwardParams* params) {
   vt.box[0] = Tile::kVtSubtileKeys;
   vt.box[1] = kHeadDim;
   vt.swizzle = hopper::swizzle_for_row_bytes(Tile::kVtSubtileKeys);
-  err = hopper::make_byte_tensor_map(vt, &params->vt_map, &what);
+  err = hopper::make_tensor_map(vt, &params->vt_map, &what);
   if (err != cudaSuccess) return err;
   vt.box[0] = Tile::kVtTailKeys;
   vt.swizzle = hopper::swizzle_for_row_bytes(Tile::kVtTailKeys);
-  return hopper::make_byte_tensor_map(vt, &params->vt_tail_map, &what);
+  return hopper::make_tensor_map(vt, &params->vt_tail_map, &what);
 }
 
 int multiprocessor_count() {

@@ -42,8 +42,7 @@ TmaSwizzle swizzle_for_row_bytes(int row_bytes) {
                           : (row_bytes == 64 ? TmaSwizzle::k64B : TmaSwizzle::k32B);
 }
 
-cudaError_t make_byte_tensor_map(const ByteTensorMapSpec& spec, CUtensorMap* map,
-                                 const char** what) {
+cudaError_t make_tensor_map(const TensorMapSpec& spec, CUtensorMap* map, const char** what) {
   auto encode = encode_function(what);
   if (!encode) return cudaErrorNotSupported;
   cuuint64_t dims[3];
@@ -55,10 +54,12 @@ cudaError_t make_byte_tensor_map(const ByteTensorMapSpec& spec, CUtensorMap* map
     box[i] = spec.box[i];
   }
   for (int i = 0; i + 1 < spec.rank; ++i) strides[i] = spec.strides_bytes[i];
-  const CUresult r =
-      encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, spec.rank, const_cast<void*>(spec.base), dims,
-             strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, to_cu(spec.swizzle),
-             CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUresult r = encode(map,
+                            spec.element == TmaElement::kFloat32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                                                 : CU_TENSOR_MAP_DATA_TYPE_UINT8,
+                            spec.rank, const_cast<void*>(spec.base), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, to_cu(spec.swizzle),
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (r != CUDA_SUCCESS) {
     *what = "cuTensorMapEncodeTiled rejected a tensor map (alignment or size)";
     return cudaErrorInvalidValue;

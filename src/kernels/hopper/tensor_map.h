@@ -10,11 +10,13 @@
 namespace flamia::hopper {
 
 enum class TmaSwizzle { kNone, k32B, k64B, k128B };
+enum class TmaElement { kByte, kFloat32 };  // FP8 values; the backward's FP32 dQ buffer
 
-// A byte tensor (FP8 values) of up to 3 dimensions; dims[0] is contiguous; strides in bytes for
-// dims 1.. (multiples of 16); box sizes in elements.
-struct ByteTensorMapSpec {
+// A tensor of up to 3 dimensions; dims[0] is contiguous; strides in bytes for dims 1..
+// (multiples of 16); dims and box sizes in elements.
+struct TensorMapSpec {
   const void* base = nullptr;
+  TmaElement element = TmaElement::kByte;
   int rank = 2;
   uint64_t dims[3] = {0, 0, 0};
   uint64_t strides_bytes[2] = {0, 0};
@@ -23,8 +25,7 @@ struct ByteTensorMapSpec {
 };
 
 // Returns cudaSuccess or an error; `what` names the failure for messages.
-cudaError_t make_byte_tensor_map(const ByteTensorMapSpec& spec, CUtensorMap* map,
-                                 const char** what);
+cudaError_t make_tensor_map(const TensorMapSpec& spec, CUtensorMap* map, const char** what);
 
 TmaSwizzle swizzle_for_row_bytes(int row_bytes);
 
