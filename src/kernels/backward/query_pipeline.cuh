@@ -82,7 +82,8 @@ __device__ __forceinline__ void issue_key_tiles(BackwardStorage<kHeadDim, kBf16G
 }
 
 // After async_copy_wait_all(). The BF16 Kᵀ transpose goes through registers (synchronously:
-// it happens once per CTA).
+// it happens once per CTA). Ends with the proxy fence of the copies and masks (the first step's
+// barrier publishes them).
 template <int kHeadDim, bool kBf16Grad>
 __device__ __forceinline__ void finish_key_tiles(BackwardStorage<kHeadDim, kBf16Grad>& smem,
                                                  const BackwardParams& p, const KeyTileItem& item) {
@@ -95,6 +96,7 @@ __device__ __forceinline__ void finish_key_tiles(BackwardStorage<kHeadDim, kBf16
     Fp8TokenMajorCopy<kHeadDim, kBlockN, /*permuted=*/false>::mask_partial_groups(smem.k_centered_t,
                                                                                   item.key0, keys);
   }
+  hopper::fence_proxy_async_shared();
 }
 
 // ---- query tiles (per step) --------------------------------------------------------------------
@@ -158,8 +160,10 @@ __device__ __forceinline__ void issue_query_tiles(BackwardStorage<kHeadDim, kBf1
 // straddle the document's ends (cp.async zero-filled the others); its Q rows need none: dK reads
 // them N-major, as copied. FP8: every token outside the document, in tiles that straddle it,
 // and those rows' visibility in the step's factors (copied as their own document's).
+// Returns whether the thread wrote into the stage through the generic proxy (cp.async copies,
+// masks), which wgmma and the stage's next TMA copies may touch only after a proxy fence.
 template <int kHeadDim, bool kBf16Grad>
-__device__ __forceinline__ void finish_query_tiles(BackwardStorage<kHeadDim, kBf16Grad>& smem,
+__device__ __forceinline__ bool finish_query_tiles(BackwardStorage<kHeadDim, kBf16Grad>& smem,
                                                    int stage_index, const KeyTileItem& item,
                                                    int q0) {
   using TokenMajor = Fp8TokenMajorCopy<kHeadDim, kBlockM, /*permuted=*/true>;
@@ -167,13 +171,16 @@ __device__ __forceinline__ void finish_query_tiles(BackwardStorage<kHeadDim, kBf
   const TokenRange queries{item.span.q_start, item.span.q_end};
   if constexpr (kBf16Grad) {
     TokenMajor::mask_partial_groups(stage.d_o_scaled_t, q0, queries);
+    return true;
   } else if (q0 < queries.lo || q0 + kBlockM > queries.hi) {
     TokenMajor::mask_outside_tokens(stage.d_o_scaled_t, q0, queries);
     TokenMajor::mask_outside_tokens(stage.q_t, q0, queries);
     const int row = threadIdx.x;
     if (row < kBlockM && (q0 + row < queries.lo || q0 + row >= queries.hi))
       smem.query[stage_index].visibility[row] = kQueryOutside;
+    return true;
   }
+  return false;  // TMA's copies alone: visible after the mbarrier wait, no fence needed
 }
 
 // ---- one stage ---------------------------------------------------------------------------------
@@ -192,9 +199,10 @@ __device__ __forceinline__ void issue_step_loads(BackwardStorage<kHeadDim, kBf16
 }
 
 // Completes `step`'s stage: waits for this thread's copies, patches them, writes the factors
-// (BF16grad), and publishes everything to the key warpgroups (and to wgmma) with a proxy fence and
-// their barrier. The barrier also ends the previous step: every reader of its stage is done after
-// it (the dQ warpgroup reads no query stage).
+// (BF16grad), and publishes everything to the key warpgroups (and to wgmma) with their barrier,
+// after a proxy fence where the thread wrote the stage through the generic proxy (every BF16grad
+// step; FP8: tiles that straddle the document). The barrier also ends the previous step: every
+// reader of its stage is done after it (the dQ warpgroup reads no query stage).
 template <int kHeadDim, bool kBf16Grad>
 __device__ __forceinline__ void finish_step_loads(BackwardStorage<kHeadDim, kBf16Grad>& smem,
                                                   const BackwardParams& p, const KeyTileItem& item,
@@ -203,10 +211,10 @@ __device__ __forceinline__ void finish_step_loads(BackwardStorage<kHeadDim, kBf1
   hopper::async_copy_wait_all();
   if (step.valid(item)) {
     if constexpr (!kBf16Grad) hopper::mbarrier_wait(&smem.query_full[step.stage], step.phase);
-    finish_query_tiles<kHeadDim, kBf16Grad>(smem, step.stage, item, step.q0);
+    if (finish_query_tiles<kHeadDim, kBf16Grad>(smem, step.stage, item, step.q0))
+      hopper::fence_proxy_async_shared();
     if constexpr (kBf16Grad) factors.store<kBf16Grad>(smem.query[step.stage], p, item, step.q0);
   }
-  hopper::fence_proxy_async_shared();
   hopper::named_barrier_sync(kKeyWarpgroupsBarrier, kThreads);
 }
 
