@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "common/fp8_numerics.h"
 #include "kernels/backward/backward_config.h"
@@ -137,18 +138,33 @@ __device__ __forceinline__ void for_each_fragment_quad(const ScoreGradientTile& 
   }
 }
 
+// y of the thread's fragment keys held in registers (head dim 64, where the dQ warpgroup has
+// the registers): read once, so that the hand-off buffer is released before the amax.
+struct HeldFragmentQuads {
+  float4 y[kBlockN / kFp8MmaK][2][kRowsPerThread];
+  template <typename Visit>
+  __device__ __forceinline__ void operator()(Visit&& visit) const {
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / kFp8MmaK; ++kk)
+#pragma unroll
+      for (int half = 0; half < 2; ++half)
+#pragma unroll
+        for (int r = 0; r < kRowsPerThread; ++r) visit(kk, half, r, y[kk][half][r]);
+  }
+};
+
 // gq_i from max_j |y_ij| over the 128 keys (the row's quad of lanes holds 32 keys each), and the
 // scales that follow from it (the rule of numerics §5.7: 2^-(gq + eq) clamped to FP32's normal
-// powers of two by power_of_two).
-__device__ __forceinline__ void find_dq_scales(const ScoreGradientTile& tile,
-                                               const float* key_centered_scale, int row0, int lane,
-                                               float softmax_scale, DqRowFactors& f) {
+// powers of two by power_of_two). for_each_y(visit): the thread's y quads (from the hand-off
+// tile, for_each_fragment_quad, or HeldFragmentQuads).
+template <typename ForEachY>
+__device__ __forceinline__ void find_dq_scales(ForEachY&& for_each_y, float softmax_scale,
+                                               DqRowFactors& f) {
   float row_amax[kRowsPerThread] = {0.0f, 0.0f};
-  for_each_fragment_quad</*kBoundEachHalf=*/true>(
-      tile, key_centered_scale, row0, lane, [&](int, int, int r, const float4& v) {
-        row_amax[r] =
-            fmaxf(fmaxf(row_amax[r], fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w)));
-      });
+  for_each_y([&](int, int, int r, const float4& v) {
+    row_amax[r] =
+        fmaxf(fmaxf(row_amax[r], fmaxf(fabsf(v.x), fabsf(v.y))), fmaxf(fabsf(v.z), fabsf(v.w)));
+  });
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     float amax = row_amax[r];
@@ -161,17 +177,42 @@ __device__ __forceinline__ void find_dq_scales(const ScoreGradientTile& tile,
 }
 
 // Ĝ as the A operand of dQ = Ĝ K̂c: 4 k32 steps of 4 registers.
-__device__ __forceinline__ void pack_query_gradient_operand(const ScoreGradientTile& tile,
-                                                            const float* key_centered_scale,
-                                                            int row0, int lane,
+template <typename ForEachY>
+__device__ __forceinline__ void pack_query_gradient_operand(ForEachY&& for_each_y,
                                                             const DqRowFactors& f,
                                                             uint32_t (&g)[kBlockN / kFp8MmaK][4]) {
-  for_each_fragment_quad</*kBoundEachHalf=*/false>(
-      tile, key_centered_scale, row0, lane, [&](int kk, int half, int r, const float4& v) {
-        const float s = f.operand_scale[r];
-        g[kk][2 * half + r] =
-            pack_e4m3x4(__fmul_rn(v.x, s), __fmul_rn(v.y, s), __fmul_rn(v.z, s), __fmul_rn(v.w, s));
-      });
+  for_each_y([&](int kk, int half, int r, const float4& v) {
+    const float s = f.operand_scale[r];
+    g[kk][2 * half + r] =
+        pack_e4m3x4(__fmul_rn(v.x, s), __fmul_rn(v.y, s), __fmul_rn(v.z, s), __fmul_rn(v.w, s));
+  });
+}
+
+// The step's Ĝ and dQ scales from its hand-off tile; releases the tile (release()) as soon as
+// the thread has read it: after the operand at head dim 128 (x is read twice, for the amax and
+// for the operand, within the warpgroup's 88 registers), before the amax at 64 (y held).
+template <int kHeadDim, typename Release>
+__device__ __forceinline__ void query_gradient_operand(
+    const ScoreGradientTile& tile, const float* key_centered_scale, int row0, int lane,
+    float softmax_scale, DqRowFactors& f, uint32_t (&g)[kBlockN / kFp8MmaK][4], Release&& release) {
+  auto from_tile = [&](auto bound_each_half) {
+    return [&, bound_each_half](auto&& visit) {
+      for_each_fragment_quad<decltype(bound_each_half)::value>(tile, key_centered_scale, row0, lane,
+                                                               visit);
+    };
+  };
+  if constexpr (kHeadDim == 64) {
+    HeldFragmentQuads held;
+    from_tile(std::true_type{})(
+        [&](int kk, int half, int r, const float4& v) { held.y[kk][half][r] = v; });
+    release();
+    find_dq_scales(held, softmax_scale, f);
+    pack_query_gradient_operand(held, f, g);
+  } else {
+    find_dq_scales(from_tile(std::true_type{}), softmax_scale, f);
+    pack_query_gradient_operand(from_tile(std::false_type{}), f, g);
+    release();
+  }
 }
 
 // ---- dQ through bulk reductions (both the atomic and the deterministic order) -------------------
@@ -259,11 +300,12 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
     DqRowFactors rows = fetch_dq_rows(p, item, head, step.q0, row0);
     const ScoreGradientTile& tile = smem.score_gradient[step.stage];
     hopper::named_barrier_sync(kScoreGradientFull + step.stage, kFp8CtaThreads);
-    find_dq_scales(tile, smem.key_centered_scale, row0, lane, p.softmax_scale, rows);
     uint32_t g[kBlockN / kFp8MmaK][4];
-    pack_query_gradient_operand(tile, smem.key_centered_scale, row0, lane, rows, g);
-    if (freed.valid(item))
-      hopper::named_barrier_arrive(kScoreGradientEmpty + step.stage, kFp8CtaThreads);
+    query_gradient_operand<kHeadDim>(
+        tile, smem.key_centered_scale, row0, lane, p.softmax_scale, rows, g, [&] {
+          if (freed.valid(item))
+            hopper::named_barrier_arrive(kScoreGradientEmpty + step.stage, kFp8CtaThreads);
+        });
     freed = freed.next(p.group_size);
 
     // dQ = Ĝ K̂c in column slices: slice c + 1's product is in flight while slice c is staged.
