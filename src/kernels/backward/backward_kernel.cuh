@@ -297,22 +297,24 @@ __device__ __forceinline__ void accumulate_dq(const BackwardParams& p, const Key
 
 // ---- epilogue -----------------------------------------------------------------------------------
 
-// The key tile and the key factors are rebuilt from global memory here rather than kept live
-// across the main loop: registers are at their limit there (dK, dV, Sᵀ, dPᵀ).
+// The work item and the key factors are the main loop's own (live across it anyway: every step
+// reads them), so the epilogue starts without a global round trip; V's exponent ev_j is the
+// integer-valued float the P̂ rebuild adds (KeyColumnFactors::value_exponent), converted exactly.
 template <int kHeadDim, bool kBf16Grad>
 __device__ __forceinline__ void write_key_gradients(const BackwardParams& p,
+                                                    const KeyTileItem& item,
+                                                    const KeyRowFactors& key,
                                                     const KeyGradientState<kHeadDim>& state,
                                                     const int (&tile_row)[kRowsPerThread]) {
   const int lane = threadIdx.x % kWarpSize;
-  const KeyTileItem item = key_tile_item(p);
-  const KeyRowFactors key = load_key_factors(p, item, tile_row);
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     if (key.visibility[r] == kKeyOutside) continue;
     const int64_t j = item.key0 + tile_row[r];
     const float dk_scale =
         kBf16Grad ? p.softmax_scale : p.softmax_scale * power_of_two(state.dk_unit[r]);
-    const float dv_scale = power_of_two(state.dv_unit - key.value_exp[r]);
+    const float dv_scale =
+        power_of_two(state.dv_unit - int(key.score[r].value_exponent));
     __nv_bfloat16* dk_row = static_cast<__nv_bfloat16*>(p.dk.data) + j * p.dk.token_stride +
                             int64_t(item.kv_head) * p.dk.head_stride;
     __nv_bfloat16* dv_row = static_cast<__nv_bfloat16*>(p.dv.data) + j * p.dv.token_stride +
@@ -342,8 +344,9 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   Storage& smem = *reinterpret_cast<Storage*>(
       smem_raw + ((kTileAlignment - misalignment) & (kTileAlignment - 1)));
 
+  const int pair = key_tile_pair(p);
   if (p.device_status != nullptr && *p.device_status != kDeviceStatusOk) return;
-  const KeyTileItem item = key_tile_item(p);
+  const KeyTileItem item = key_tile_item(p, pair);
   if (key_tile_is_empty(item)) return;
   if constexpr (!kBf16Grad) {
     if (threadIdx.x >= kThreads) {
@@ -392,7 +395,7 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
     finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     step = next;
   }
-  write_key_gradients<kHeadDim, kBf16Grad>(p, state, tile_row);
+  write_key_gradients<kHeadDim, kBf16Grad>(p, item, key, state, tile_row);
 }
 
 }  // namespace flamia::backward

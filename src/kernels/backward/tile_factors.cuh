@@ -30,12 +30,11 @@ __device__ __forceinline__ int register_column(int lane, int i) {
 }
 
 // The two key rows a thread owns: scales of the forward's score (key_column_factors, shared
-// with the forward), V's exponent (dV's final scale) and the visibility index. (K̂c's scales:
+// with the forward; its ev_j also sets dV's final scale) and the visibility index. (K̂c's scales:
 // the dQ warpgroup's table, dq_warpgroup.cuh.)
 struct KeyRowFactors {
   KeyColumnFactors score[kRowsPerThread];  // {2^ek, ev, 2^-ev}
   int visibility[kRowsPerThread];
-  int value_exp[kRowsPerThread];  // ev (for the final dV scale)
 };
 
 __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& p,
@@ -51,7 +50,6 @@ __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& 
     const int ek = valid ? p.k_exp[at] : 0;
     const int ev = valid ? p.v_exp[at] : 0;
     f.score[r] = key_column_factors(ek, ev);
-    f.value_exp[r] = ev;
   }
   return f;
 }

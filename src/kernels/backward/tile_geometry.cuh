@@ -11,9 +11,13 @@ namespace flamia::backward {
 // of one document in increasing order. So the key tiles of one (document, KV head) have
 // increasing block indices in increasing tile order: the deterministic dQ ordering waits only
 // on lower-indexed (earlier dispatched) CTAs.
-__device__ __forceinline__ KeyTileItem key_tile_item(const BackwardParams& p) {
+// The CTA's entry of the launch order: its index is in bounds whatever the inputs, so the kernel
+// loads it before it checks the device status, and the two loads' latencies overlap.
+__device__ __forceinline__ int key_tile_pair(const BackwardParams& p) {
+  return p.tile_order[blockIdx.x % p.key_tile_pairs];
+}
+__device__ __forceinline__ KeyTileItem key_tile_item(const BackwardParams& p, int pair) {
   const int kv_head = blockIdx.x / p.key_tile_pairs;
-  const int pair = p.tile_order[blockIdx.x % p.key_tile_pairs];
   return make_key_tile_item(p.cu_seqlens_q, p.cu_seqlens_k, pair / p.key_tiles_per_doc,
                             pair % p.key_tiles_per_doc, kv_head);
 }
