@@ -313,8 +313,7 @@ __device__ __forceinline__ void write_key_gradients(const BackwardParams& p,
     const int64_t j = item.key0 + tile_row[r];
     const float dk_scale =
         kBf16Grad ? p.softmax_scale : p.softmax_scale * power_of_two(state.dk_unit[r]);
-    const float dv_scale =
-        power_of_two(state.dv_unit - int(key.score[r].value_exponent));
+    const float dv_scale = power_of_two(state.dv_unit - int(key.score[r].value_exponent));
     __nv_bfloat16* dk_row = static_cast<__nv_bfloat16*>(p.dk.data) + j * p.dk.token_stride +
                             int64_t(item.kv_head) * p.dk.head_stride;
     __nv_bfloat16* dv_row = static_cast<__nv_bfloat16*>(p.dv.data) + j * p.dv.token_stride +
