@@ -213,7 +213,7 @@ __device__ __forceinline__ void finish_step_loads(BackwardStorage<kHeadDim, kBf1
     if constexpr (!kBf16Grad) hopper::mbarrier_wait(&smem.query_full[step.stage], step.phase);
     if (finish_query_tiles<kHeadDim, kBf16Grad>(smem, step.stage, item, step.q0))
       hopper::fence_proxy_async_shared();
-    if constexpr (kBf16Grad) factors.store<kBf16Grad>(smem.query[step.stage], p, item, step.q0);
+    if constexpr (kBf16Grad) factors.store(smem.query[step.stage], p, item, step.q0);
   }
   hopper::named_barrier_sync(kKeyWarpgroupsBarrier, kThreads);
 }

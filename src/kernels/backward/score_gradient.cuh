@@ -66,7 +66,7 @@ constexpr int kHalfScoreRegisters = kScoreRegisters / kScoreHalves;
 
 // Steps 3-5 for query columns 32 half .. 32 half + 31 (registers 16 half + i of the full tile),
 // with P̂ = e4m3(p), the probability the forward's P̂·V̂ used (l_i sums the same P̂):
-//   FP8:      x = dS * 2^eq_i (QueryFactors), as
+//   FP8:      x = dS * 2^eq_i (Fp8QueryFactors), as
 //             x = (P̂ * (2^eq_i / l_i)) * fma(dPraw, 2^edo_i, -(D_i * 2^-ev_j)),
 //             which is bitwise 2^eq_i * P * (dP - D_i) with P = (P̂ 2^-ev_j) / l_i and
 //             dP = (dPraw 2^edo_i) 2^ev_j: the powers of two 2^ev_j and 2^-ev_j cancel

@@ -54,19 +54,14 @@ __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& 
   return f;
 }
 
-// Per-query factors of one 64-query tile of one head, in shared memory. A thread's accumulator
-// columns come in adjacent pairs (col, col + 1), col even: where registers allow, it reads a
-// factor of both columns with one 8-byte load (column_pair).
-//
-// The FP8 path works on x_ij = dS_ij * 2^eq_i rather than dS_ij (numerics §5.8's dK operand
-// needs x; §5.7's dQ operand is x * 2^ekc_j * 2^-(gq_i + eq_i)): 2^eq_i rides in the probability
-// factor (probability_scale) and 2^-eq_i in dQ's block scale, so no multiply per element is spent
-// on it. Products by powers of two are exact in FP32's normal range, so x is bitwise 2^eq_i times
-// the dS of the contract's operation order.
+// BF16grad's per-query factors of one 64-query tile of one head, in shared memory (the FP8
+// path's: Fp8QueryFactors below). A thread's accumulator columns come in adjacent pairs
+// (col, col + 1), col even: where registers allow, it reads a factor of both columns with one
+// 8-byte load (column_pair).
 struct QueryFactors {
   float row_factor[kBlockM];         // c * 2^eq_i, the forward's row factor
   float offset[kBlockM];             // M_i - 8 (softmax_offset of the saved integer M_i)
-  float probability_scale[kBlockM];  // FP8: 2^eq_i / l_i; BF16grad: 1 / l_i
+  float probability_scale[kBlockM];  // 1 / l_i
   float d_o_scale[kBlockM];          // 2^edo_i
   float delta[kBlockM];              // D_i (copied as is by cp.async)
   float2 softmax_stats[kBlockM];     // {M_i, l_i} as saved (cp.async staging for the above)
@@ -82,6 +77,12 @@ struct QueryFactors {
 // token's own document's index (query_visibility_index); in tiles that straddle the CTA's
 // document the rows outside it are set to kQueryOutside after the copy (finish_query_tiles).
 // value_block_exp: the row's block exponent ew of dÔ'' (one per 64-query block of a document).
+//
+// The FP8 path works on x_ij = dS_ij * 2^eq_i rather than dS_ij (numerics §5.8's dK operand
+// needs x; §5.7's dQ operand is x * 2^ekc_j * 2^-(gq_i + eq_i)): 2^eq_i rides in the probability
+// factor (probability_scale = 2^eq_i / l_i) and 2^-eq_i in dQ's block scale, so no multiply per
+// element is spent on it. Products by powers of two are exact in FP32's normal range, so x is
+// bitwise 2^eq_i times the dS of the contract's operation order.
 struct Fp8QueryFactors {
   float row_factor[kBlockM];
   float offset[kBlockM];
@@ -163,13 +164,12 @@ struct QueryFactorFetch {
   }
 
   // After async_copy_wait_all() (this thread's copies of `f` have landed).
-  template <bool kBf16Grad>
   __device__ __forceinline__ void store(QueryFactors& f, const BackwardParams& p,
                                         const KeyTileItem& item, int q0) const {
     const int t = threadIdx.x;
     if (t >= kBlockM) return;
-    const RowFactorValues v = row_factor_values<kBf16Grad>(p.scale_log2, unpack(kQueryExpShift),
-                                                           unpack(kDoExpShift), f.softmax_stats[t]);
+    const RowFactorValues v = row_factor_values</*kBf16Grad=*/true>(
+        p.scale_log2, unpack(kQueryExpShift), unpack(kDoExpShift), f.softmax_stats[t]);
     f.row_factor[t] = v.row_factor;
     f.offset[t] = v.offset;
     f.probability_scale[t] = v.probability_scale;

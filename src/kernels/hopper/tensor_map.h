@@ -10,7 +10,7 @@
 namespace flamia::hopper {
 
 enum class TmaSwizzle { kNone, k32B, k64B, k128B };
-enum class TmaElement { kByte, kFloat32 };  // FP8 values; the backward's FP32 dQ buffer
+enum class TmaElement { kByte, kFloat32 };  // FP8 values; the backward's FP32 query factors
 
 // A tensor of up to 3 dimensions; dims[0] is contiguous; strides in bytes for dims 1..
 // (multiples of 16); dims and box sizes in elements.
