@@ -6,8 +6,9 @@
 // products and the next step. The dQ warpgroup runs the same sequence of steps, at most two
 // behind, with y_ij = x_ij 2^ekc_j (the tile's centered-key scales, which it computes once):
 //   gq_i = scale_exponent(max_j |y_ij| 2^-eq_i) over the tile's 128 keys,
-//   Ĝ    = e4m3(y_ij * 2^-(gq_i + eq_i)), packed straight into FP8 A fragments (x is read twice:
-//          for the amax, then for the operand), after which the buffer is released,
+//   Ĝ    = e4m3(y_ij * 2^-(gq_i + eq_i)), packed straight into FP8 A fragments (head dim 128
+//          reads x twice, for the amax and then for the operand, and releases the buffer after;
+//          64 holds y in registers and releases it before the amax: query_gradient_operand),
 //   dQ  += (Ĝ K̂c) * softmax_scale * 2^gq_i: register-A wgmma in slices of 32 columns, each
 //          added to the FP32 buffer by bulk reductions of whole rows from a staging tile (in
 //          key-tile order when deterministic: a CTA passes the turn once its reductions are done).
