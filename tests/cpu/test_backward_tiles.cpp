@@ -4,6 +4,7 @@
 // skip the per-element masks (every pair of the 128-key x 64-query step visible, and no other).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
@@ -92,6 +93,49 @@ TEST(BackwardTiles, RandomLayouts) {
                                cu_k = cu_seqlens_from_lengths(lk);
     for (int doc = 0; doc < 6; ++doc) check_document(cu_q, cu_k, doc, causal);
   }
+}
+
+// The key tiles with keys, counted tile by tile as the schedule walks them.
+int key_tiles_with_keys(const std::vector<int32_t>& cu_k, int key_tiles_per_doc) {
+  int count = 0;
+  for (int doc = 0; doc + 1 < int(cu_k.size()); ++doc)
+    for (int tile = 0; tile < key_tiles_per_doc; ++tile)
+      count += !key_tile_is_empty(make_key_tile_item(cu_k.data(), cu_k.data(), doc, tile, 0));
+  return count;
+}
+
+// The launch's tile count per document (backward_launch.cu).
+int tiles_per_doc(const std::vector<int>& lengths) {
+  int longest = 0;
+  for (int len : lengths) longest = std::max(longest, len);
+  return (longest + kPermutationGroup - 1 + kBlockN - 1) / kBlockN;
+}
+
+int bound_of(const std::vector<int>& lengths) {
+  const std::vector<int32_t> cu = cu_seqlens_from_lengths(lengths);
+  return key_tiles_bound(int(lengths.size()), cu.back(), tiles_per_doc(lengths));
+}
+
+// The grid's CTAs per KV head cover every key tile with keys (backward_schedule.h): checked on
+// random layouts, and equal to the count in the bound's worst case, so a smaller bound fails.
+TEST(BackwardTiles, KeyTilesBoundCoversEveryTileWithKeys) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::uniform_int_distribution<int> length(0, trial % 4 == 0 ? 3000 : trial % 2 ? 40 : 300);
+    std::vector<int> lengths(1 + trial % 37);
+    for (int& len : lengths) len = length(rng);
+    const std::vector<int32_t> cu = cu_seqlens_from_lengths(lengths);
+    const int count = key_tiles_with_keys(cu, tiles_per_doc(lengths));
+    EXPECT_GE(bound_of(lengths), count) << "trial " << trial;
+    EXPECT_LE(bound_of(lengths), int(lengths.size()) * tiles_per_doc(lengths));
+  }
+  // A document that starts at offset 15 of a group of 16 and ends one key past two tiles
+  // (after one of 15 keys): the bound's worst case, 1 + 3 tiles, met exactly.
+  const std::vector<int> worst = {15, 2 * kBlockN - (kPermutationGroup - 2)};
+  EXPECT_EQ(key_tiles_with_keys(cu_seqlens_from_lengths(worst), tiles_per_doc(worst)), 4);
+  EXPECT_EQ(bound_of(worst), 4);
+  EXPECT_EQ(bound_of({}), 0);
+  EXPECT_EQ(bound_of({0, 0}), 0);  // no tile per document: the slots cap the bound
 }
 
 }  // namespace

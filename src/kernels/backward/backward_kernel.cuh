@@ -345,6 +345,7 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
 
   const int pair = key_tile_pair(p);
   if (p.device_status != nullptr && *p.device_status != kDeviceStatusOk) return;
+  if (pair == kNoKeyTile) return;
   const KeyTileItem item = key_tile_item(p, pair);
   if (key_tile_is_empty(item)) return;
   if constexpr (!kBf16Grad) {

@@ -17,6 +17,7 @@
 #include "kernels/backward/backward_params.h"
 #include "kernels/backward/backward_schedule.h"
 #include "kernels/backward/dq_accumulate.cuh"
+#include "kernels/backward/key_tiles.h"
 #include "kernels/backward/row_factors.h"
 #include "kernels/hopper/tensor_map.h"
 
@@ -39,8 +40,9 @@ int key_tiles_per_doc(const PackedShape& s) {
   return (s.max_seqlen_k + kPermutationGroup - 1 + backward::kBlockN - 1) / backward::kBlockN;
 }
 
-int key_tile_pairs(const PackedShape& s) {
-  return s.batch * key_tiles_per_doc(s);
+// CTAs per KV head: a bound on the key tiles with keys (key_tiles.h).
+int key_tile_slots(const PackedShape& s) {
+  return backward::key_tiles_bound(s.batch, s.total_k, key_tiles_per_doc(s));
 }
 
 backward::BackwardParams make_params(const BackwardKernelArgs& a, float* dq_accum,
@@ -58,7 +60,7 @@ backward::BackwardParams make_params(const BackwardKernelArgs& a, float* dq_accu
   p.heads_kv = s.heads_kv;
   p.group_size = s.group_size();
   p.key_tiles_per_doc = key_tiles_per_doc(s);
-  p.key_tile_pairs = key_tile_pairs(s);
+  p.key_tile_slots = key_tile_slots(s);
   p.tile_order = tile_order;
   p.causal = s.causal ? 1 : 0;
   p.deterministic = a.deterministic ? 1 : 0;
@@ -144,8 +146,8 @@ cudaError_t launch_for_head_dim(const BackwardKernelArgs& a, const backward::Bac
                                 cudaStream_t stream) {
   const PackedShape& s = a.shape;
   const bool bf16_grad = a.precision == BackwardPrecision::kFp8Bf16Grad;
-  if (p.key_tile_pairs > 0 && s.heads_kv > 0) {
-    const dim3 grid(unsigned(p.key_tile_pairs) * unsigned(s.heads_kv));
+  if (p.key_tile_slots > 0 && s.heads_kv > 0) {
+    const dim3 grid(unsigned(p.key_tile_slots) * unsigned(s.heads_kv));
     const cudaError_t error =
         bf16_grad ? backward::launch_backward_kernel<kHeadDim, true>(p, grid, stream)
                   : backward::launch_backward_kernel<kHeadDim, false>(p, grid, stream);
@@ -166,7 +168,7 @@ cudaError_t launch_for_head_dim(const BackwardKernelArgs& a, const backward::Bac
 size_t backward_scratch_bytes(const PackedShape& shape, bool deterministic) {
   size_t bytes = align_up(dq_accum_bytes(shape));
   if (deterministic) bytes += align_up(dq_semaphore_bytes(shape));
-  bytes += align_up(backward::tile_order_bytes(key_tile_pairs(shape)));
+  bytes += align_up(backward::tile_order_bytes(key_tile_slots(shape)));
   bytes += align_up(backward::row_factors_bytes(shape.heads_q, int(padded_tokens(shape.total_q))));
   return bytes;
 }
@@ -185,16 +187,16 @@ cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream)
   float* dq_accum = carver.take<float>(size_t(s.total_q) * s.heads_q * s.head_dim);
   int32_t* semaphores =
       args.deterministic ? carver.take<int32_t>(size_t(s.heads_q) * s.total_q) : nullptr;
-  int32_t* tile_order = carver.take<int32_t>(size_t(key_tile_pairs(s)));
+  int32_t* tile_order = carver.take<int32_t>(size_t(key_tile_slots(s)));
   float* row_factors = carver.take<float>(
       backward::row_factors_bytes(s.heads_q, int(padded_tokens(s.total_q))) / sizeof(float));
 
   cudaError_t error = cudaMemsetAsync(dq_accum, 0, dq_accum_bytes(s), stream);
   if (error == cudaSuccess && semaphores != nullptr)
     error = cudaMemsetAsync(semaphores, 0, dq_semaphore_bytes(s), stream);
-  if (error == cudaSuccess && key_tile_pairs(s) > 0)
-    error = backward::launch_backward_schedule(s, key_tiles_per_doc(s), args.device_status,
-                                               tile_order, stream);
+  if (error == cudaSuccess && key_tile_slots(s) > 0)
+    error = backward::launch_backward_schedule(s, key_tiles_per_doc(s), key_tile_slots(s),
+                                               args.device_status, tile_order, stream);
   if (error != cudaSuccess) return error;
 
   backward::BackwardParams p = make_params(args, dq_accum, semaphores, tile_order);

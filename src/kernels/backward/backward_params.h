@@ -30,8 +30,8 @@ struct BackwardParams {
   int heads_kv;
   int group_size;  // query heads per KV head
   int key_tiles_per_doc;
-  int key_tile_pairs;         // batch * key_tiles_per_doc; grid.x = key_tile_pairs * heads_kv
-  const int32_t* tile_order;  // [key_tile_pairs] launch order (backward_schedule.h)
+  int key_tile_slots;         // key_tiles_bound(): grid.x = key_tile_slots * heads_kv
+  const int32_t* tile_order;  // [key_tile_slots] launch order (backward_schedule.h)
   int causal;
   int deterministic;
   float softmax_scale;

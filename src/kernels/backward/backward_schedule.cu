@@ -10,20 +10,32 @@ namespace {
 constexpr int kPlanThreads = 1024;
 constexpr int kCostBins = 4096;  // pairs visiting more query tiles share the top bin
 
-// Bin of a pair: descending work = ascending bin index.
-__device__ __forceinline__ int cost_bin(const int32_t* cu_q, const int32_t* cu_k, int doc, int tile,
-                                        bool causal) {
-  const KeyTileItem item = make_key_tile_item(cu_q, cu_k, doc, tile, 0);
+// Bin of a pair with keys: descending work = ascending bin index.
+__device__ __forceinline__ int cost_bin(const KeyTileItem& item, bool causal) {
   const int work = min(key_tile_query_tiles(item, causal), kCostBins - 1);
   return kCostBins - 1 - work;
 }
 
-// One CTA: a counting sort of the pairs by bin. Thread t owns documents t, t + kPlanThreads, ...
-// and walks each one's tiles in increasing order in both passes (see the header on stability).
+// Visits the document's key tiles with keys, in increasing order (they come first: key0 grows
+// with the tile index).
+template <typename Visit>
+__device__ __forceinline__ void for_each_key_tile(const int32_t* cu_q, const int32_t* cu_k,
+                                                  int doc, int key_tiles_per_doc, bool causal,
+                                                  Visit&& visit) {
+  for (int tile = 0; tile < key_tiles_per_doc; ++tile) {
+    const KeyTileItem item = make_key_tile_item(cu_q, cu_k, doc, tile, 0);
+    if (key_tile_is_empty(item)) return;
+    visit(tile, cost_bin(item, causal));
+  }
+}
+
+// One CTA: a counting sort of the pairs with keys by bin. Thread t owns documents t,
+// t + kPlanThreads, ... and walks each one's tiles in increasing order in both passes (see the
+// header on stability). The entries past the pairs keep the launch's kNoKeyTile fill.
 __global__ void __launch_bounds__(kPlanThreads)
     backward_schedule_kernel(const int32_t* cu_q, const int32_t* cu_k, int batch,
-                             int key_tiles_per_doc, bool causal, const int32_t* device_status,
-                             int32_t* tile_order) {
+                             int key_tiles_per_doc, int slots, bool causal,
+                             const int32_t* device_status, int32_t* tile_order) {
   __shared__ int bins[kCostBins];
   __shared__ int scratch[kPlanThreads];
   const int tid = threadIdx.x;
@@ -32,26 +44,29 @@ __global__ void __launch_bounds__(kPlanThreads)
   for (int i = tid; i < kCostBins; i += kPlanThreads) bins[i] = 0;
   __syncthreads();
   for (int doc = tid; doc < batch; doc += kPlanThreads)
-    for (int tile = 0; tile < key_tiles_per_doc; ++tile)
-      atomicAdd(&bins[cost_bin(cu_q, cu_k, doc, tile, causal)], 1);
+    for_each_key_tile(cu_q, cu_k, doc, key_tiles_per_doc, causal,
+                      [&](int, int bin) { atomicAdd(&bins[bin], 1); });
   __syncthreads();
   bin_counts_to_offsets<kPlanThreads, kCostBins>(bins, scratch);
   __syncthreads();
   for (int doc = tid; doc < batch; doc += kPlanThreads)
-    for (int tile = 0; tile < key_tiles_per_doc; ++tile) {
-      const int at = atomicAdd(&bins[cost_bin(cu_q, cu_k, doc, tile, causal)], 1);
-      tile_order[at] = doc * key_tiles_per_doc + tile;
-    }
+    for_each_key_tile(cu_q, cu_k, doc, key_tiles_per_doc, causal, [&](int tile, int bin) {
+      const int at = atomicAdd(&bins[bin], 1);
+      if (at < slots) tile_order[at] = doc * key_tiles_per_doc + tile;  // always (the bound)
+    });
 }
 
 }  // namespace
 
-cudaError_t launch_backward_schedule(const PackedShape& shape, int key_tiles_per_doc,
+cudaError_t launch_backward_schedule(const PackedShape& shape, int key_tiles_per_doc, int slots,
                                      const int32_t* device_status, int32_t* tile_order,
                                      cudaStream_t stream) {
+  static_assert(kNoKeyTile == -1, "the fill below writes 0xFF bytes");
+  cudaError_t error = cudaMemsetAsync(tile_order, 0xFF, tile_order_bytes(slots), stream);
+  if (error != cudaSuccess) return error;
   backward_schedule_kernel<<<1, kPlanThreads, 0, stream>>>(shape.cu_seqlens_q, shape.cu_seqlens_k,
                                                            shape.batch, key_tiles_per_doc,
-                                                           shape.causal, device_status, tile_order);
+                                                           slots, shape.causal, device_status, tile_order);
   return cudaGetLastError();
 }
 

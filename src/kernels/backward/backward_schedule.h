@@ -4,7 +4,13 @@
 // (longest-processing-time-first). Causal key tile n of a document visits all but its first
 // ~2n query tiles; without the order, the long first tiles of the last documents started last.
 //
-// Block x of the backward grid = kv_head * pairs + rank: KV-head-major, so that the CTAs that
+// Only the (document, key tile) pairs with keys are placed: a document has as many slots as the
+// longest one has tiles, and most are empty when documents are short. The grid launches
+// key_tiles_bound() CTAs per KV head (key_tiles.h), at least as many as the pairs with keys;
+// the order's entries past those pairs hold kNoKeyTile (the launch fills them before the plan),
+// and their CTAs return at once.
+//
+// Block x of the backward grid = kv_head * slots + rank: KV-head-major, so that the CTAs that
 // run at the same time share the Q̂, dÔ tiles of few heads in L2 (as the document order did).
 //
 // Deterministic dQ needs the key tiles of one document in increasing order: the work of a
@@ -21,12 +27,15 @@
 
 namespace flamia::backward {
 
-inline size_t tile_order_bytes(int key_tile_pairs) {
-  return size_t(key_tile_pairs) * sizeof(int32_t);
+constexpr int32_t kNoKeyTile = -1;  // an order entry past the pairs with keys
+
+inline size_t tile_order_bytes(int slots) {
+  return size_t(slots) * sizeof(int32_t);
 }
 
-// Fills tile_order[rank] = doc * key_tiles_per_doc + tile on `stream`.
-cudaError_t launch_backward_schedule(const PackedShape& shape, int key_tiles_per_doc,
+// Fills tile_order[0, slots) on `stream`: doc * key_tiles_per_doc + tile for every pair with
+// keys, by descending work, then kNoKeyTile.
+cudaError_t launch_backward_schedule(const PackedShape& shape, int key_tiles_per_doc, int slots,
                                      const int32_t* device_status, int32_t* tile_order,
                                      cudaStream_t stream);
 

@@ -47,6 +47,20 @@ FLAMIA_HD bool key_tile_is_empty(const KeyTileItem& item) {
   return item.span.k_end <= item.span.k_start || item.key0 >= item.span.k_end;
 }
 
+// A bound on the key tiles with keys, summed over the documents, from the host's totals: a
+// document of len keys has ceil((k_end - floor16(k_start)) / kBlockN) tiles, and
+// k_end - floor16(k_start) <= len + kPermutationGroup - 1, so at most
+// 1 + floor((len + kPermutationGroup - 2) / kBlockN) of them (one for an empty document, which
+// has none). Summed: batch + floor((total_k + batch (kPermutationGroup - 2)) / kBlockN), and no
+// more than the batch * key_tiles_per_doc slots. The backward launches this many CTAs per KV
+// head (backward_schedule.h places the tiles with keys first).
+FLAMIA_HD int key_tiles_bound(int batch, int total_k, int key_tiles_per_doc) {
+  const int64_t slots = int64_t(batch) * key_tiles_per_doc;
+  const int64_t bound =
+      batch + (int64_t(total_k) + int64_t(batch) * (kPermutationGroup - 2)) / kBlockN;
+  return int(slots < bound ? slots : bound);
+}
+
 // Visibility by index comparison: key j is visible to query i iff key_index(j) <= query_index(i).
 // Causal documents compare document-local positions (j - k_start <= i - q_start); rows and keys
 // outside the document get indices that never compare visible.
