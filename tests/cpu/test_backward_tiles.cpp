@@ -135,7 +135,6 @@ TEST(BackwardTiles, KeyTilesBoundCoversEveryTileWithKeys) {
   EXPECT_EQ(key_tiles_with_keys(cu_seqlens_from_lengths(worst), tiles_per_doc(worst)), 4);
   EXPECT_EQ(bound_of(worst), 4);
   EXPECT_EQ(bound_of({}), 0);
-  EXPECT_EQ(bound_of({0, 0}), 0);  // no tile per document: the slots cap the bound
 }
 
 }  // namespace
