@@ -17,6 +17,7 @@
 #include "kernels/backward/backward_params.h"
 #include "kernels/backward/backward_schedule.h"
 #include "kernels/backward/dq_accumulate.cuh"
+#include "kernels/backward/dq_buffer.h"
 #include "kernels/backward/key_tiles.h"
 #include "kernels/backward/row_factors.h"
 #include "kernels/hopper/tensor_map.h"
@@ -28,7 +29,7 @@ constexpr int kConvertThreads = 256;
 constexpr int kConvertMaxBlocks = 4096;
 
 size_t dq_accum_bytes(const PackedShape& s) {
-  return size_t(s.total_q) * s.heads_q * s.head_dim * sizeof(float);
+  return backward::dq_buffer_bytes(s.heads_q, s.total_q, s.head_dim);
 }
 size_t dq_semaphore_bytes(const PackedShape& s) {
   return size_t(s.heads_q) * s.total_q * sizeof(int32_t);
@@ -184,7 +185,7 @@ cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream)
       (args.scratch == nullptr && backward_scratch_bytes(s, args.deterministic) > 0))
     return cudaErrorInvalidValue;
   WorkspaceCarver carver(args.scratch);
-  float* dq_accum = carver.take<float>(size_t(s.total_q) * s.heads_q * s.head_dim);
+  float* dq_accum = carver.take<float>(dq_accum_bytes(s) / sizeof(float));
   int32_t* semaphores =
       args.deterministic ? carver.take<int32_t>(size_t(s.heads_q) * s.total_q) : nullptr;
   int32_t* tile_order = carver.take<int32_t>(size_t(key_tile_slots(s)));

@@ -58,7 +58,7 @@ struct BackwardParams {
   Bf16View q16, k16, v16, d_o16;
 
   Bf16MutableView dk, dv;
-  float* dq_accum;        // FP32 [total_q][Hq][D], zeroed before the kernel
+  float* dq_accum;        // FP32 [Hq][total_q][D + kDqRowPadding] (dq_buffer.h), zeroed first
   int32_t* dq_semaphore;  // deterministic: [Hq][total_q], zeroed before the kernel
   const int32_t* device_status;
   float* debug_p_hat;  // optional [Hq][total_q][total_k]; see BackwardKernelArgs

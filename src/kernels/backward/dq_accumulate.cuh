@@ -16,6 +16,7 @@
 
 #include "kernels/backward/backward_config.h"
 #include "kernels/backward/backward_params.h"
+#include "kernels/backward/dq_buffer.h"
 #include "kernels/backward/tile_factors.cuh"
 #include "kernels/hopper/sync.cuh"
 
@@ -77,7 +78,7 @@ __device__ __forceinline__ void in_dq_turn(int32_t* semaphore, int turn, const D
 
 // dq: a warpgroup's m64nN partial of the tile (rows = queries q0 + 0..63, columns d0 + 0..N-1),
 // each of the thread's two rows scaled by row_scale[r] (softmax_scale * 2^gq_i; BF16grad:
-// softmax_scale) and added to the buffer [total_q][Hq][D]; rows with !row_visible[r] (outside
+// softmax_scale) and added to the dQ buffer (dq_buffer.h); rows with !row_visible[r] (outside
 // the document) are never touched. kOrdered: plain read-add-write in the caller's turn
 // (deterministic), else float2 atomics. One row pointer per row, so the thread's columns
 // 8 c + 2 (lane & 3) are constant offsets from it.
@@ -91,7 +92,7 @@ __device__ __forceinline__ void add_dq_rows(const BackwardParams& p, const float
     const int row = 16 * warp + lane / 4 + 8 * r;
     if (!row_visible[r]) continue;
     const float scale = row_scale[r];
-    float* out = p.dq_accum + (int64_t(q0 + row) * p.heads_q + head) * kHeadDim + d0 +
+    float* out = p.dq_accum + dq_buffer_row(head, q0 + row, p.total_q, kHeadDim) + d0 +
                  register_column(lane, 0);
 #pragma unroll
     for (int i = 0; i < kRegisters; i += 2) {
@@ -127,8 +128,9 @@ __device__ __forceinline__ void add_dq_partial(const BackwardParams& p,
 
 // Post-pass: FP32 dQ buffer -> BF16 output view, 8 values (two 16-byte loads, one 16-byte
 // store; the API requires 16-byte aligned tensors and strides of multiples of 8 elements) per
-// thread step. The buffer is read once: streaming loads. (Two float values per step, the first
-// version, kept too few loads in flight to reach the memory's bandwidth.)
+// thread step, in the buffer's order (head-major, dq_buffer.h). The buffer is read once:
+// streaming loads. (Two float values per step, the first version, kept too few loads in flight
+// to reach the memory's bandwidth.)
 constexpr int kConvertValuesPerStep = 8;
 template <int kHeadDim>
 __global__ void convert_dq_kernel(const float* dq_accum, Bf16MutableView dq, int total_q,
@@ -139,16 +141,17 @@ __global__ void convert_dq_kernel(const float* dq_accum, Bf16MutableView dq, int
   for (int64_t x = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; x < steps;
        x += int64_t(gridDim.x) * blockDim.x) {
     const int d = int(x % kStepsPerRow) * kConvertValuesPerStep;
-    const int64_t row = x / kStepsPerRow;  // token * heads_q + head
-    const int head = int(row % heads_q);
-    const int64_t token = row / heads_q;
-    const float4* in = reinterpret_cast<const float4*>(dq_accum + row * kHeadDim + d);
+    const int64_t row = x / kStepsPerRow;  // head * total_q + token
+    const int token = int(row % total_q);
+    const int head = int(row / total_q);
+    const float4* in =
+        reinterpret_cast<const float4*>(dq_accum + dq_buffer_row(head, token, total_q, kHeadDim) + d);
     const float4 lo = __ldcs(in);
     const float4 hi = __ldcs(in + 1);
     __nv_bfloat162 out[kConvertValuesPerStep / 2] = {
         __floats2bfloat162_rn(lo.x, lo.y), __floats2bfloat162_rn(lo.z, lo.w),
         __floats2bfloat162_rn(hi.x, hi.y), __floats2bfloat162_rn(hi.z, hi.w)};
-    __nv_bfloat16* at = static_cast<__nv_bfloat16*>(dq.data) + token * dq.token_stride +
+    __nv_bfloat16* at = static_cast<__nv_bfloat16*>(dq.data) + int64_t(token) * dq.token_stride +
                         int64_t(head) * dq.head_stride + d;
     *reinterpret_cast<uint4*>(at) = *reinterpret_cast<const uint4*>(out);
   }

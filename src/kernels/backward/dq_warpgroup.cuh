@@ -9,9 +9,9 @@
 //   Ĝ    = e4m3(y_ij * 2^-(gq_i + eq_i)), packed straight into FP8 A fragments (head dim 128
 //          reads x twice, for the amax and then for the operand, and releases the buffer after;
 //          64 holds y in registers and releases it before the amax: query_gradient_operand),
-//   dQ  += (Ĝ K̂c) * softmax_scale * 2^gq_i: register-A wgmma in slices of 32 columns, each
-//          added to the FP32 buffer by bulk reductions of whole rows from a staging tile (in
-//          key-tile order when deterministic: a CTA passes the turn once its reductions are done).
+//   dQ  += (Ĝ K̂c) * softmax_scale * 2^gq_i: register-A wgmma in slices of 32 columns, staged
+//          and added to the FP32 buffer by one bulk reduction per warp (in key-tile order when
+//          deterministic: a CTA passes the turn once its reductions are done).
 // These are the values of the contract's operation order, so Ĝ is bit for bit what a single
 // pair of warpgroups would pack; only the FP32 additions' order varies, as with any atomics.
 // The key warpgroups thereby meet each other only at their loads' barrier, and their dQ
@@ -64,13 +64,16 @@ constexpr int kDqProductRegisters = accumulator_registers(kDqProductColumns);
 constexpr int kFloatsPerLoad = 4;  // 16-byte shared loads of x
 
 // The step's two query rows of this thread (tile-relative row0 and row0 + 8): their 2^-eq_i,
-// whether they lie in the document, and after the amax their dQ scales.
+// the warp's rows inside the document, and after the amax their dQ scales.
 struct DqRowFactors {
-  float q_inv_scale[kRowsPerThread];  // 2^-eq_i
-  bool visible[kRowsPerThread];
+  float q_inv_scale[kRowsPerThread];    // 2^-eq_i
   float dq_scale[kRowsPerThread];       // softmax_scale * 2^gq_i
   float operand_scale[kRowsPerThread];  // 2^-(gq_i + eq_i): y -> Ĝ
+  // The warp's 16 rows inside the document, consecutive: (first tile row) << 8 | count.
+  int staged_rows;
 };
+
+constexpr int kStagedRowsPerWarp = 16;
 
 __device__ __forceinline__ DqRowFactors fetch_dq_rows(const BackwardParams& p,
                                                       const KeyTileItem& item, int head, int q0,
@@ -79,10 +82,14 @@ __device__ __forceinline__ DqRowFactors fetch_dq_rows(const BackwardParams& p,
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const int i = q0 + row0 + 8 * r;
-    f.visible[r] = query_visibility_index(item.span, i, p.causal != 0) != kQueryOutside;
-    const int eq = f.visible[r] ? int(p.q_exp[int64_t(head) * p.total_q + i]) : 0;
+    const bool visible = query_visibility_index(item.span, i, p.causal != 0) != kQueryOutside;
+    const int eq = visible ? int(p.q_exp[int64_t(head) * p.total_q + i]) : 0;
     f.q_inv_scale[r] = exp2_int(-eq);
   }
+  const int warp_row = row0 & -kStagedRowsPerWarp;
+  const int first = max(q0 + warp_row, item.span.q_start) - q0;
+  const int end = min(q0 + warp_row + kStagedRowsPerWarp, item.span.q_end) - q0;
+  f.staged_rows = end > first ? first << 8 | (end - first) : 0;
   return f;
 }
 
@@ -219,24 +226,21 @@ __device__ __forceinline__ void query_gradient_operand(
 // ---- dQ through bulk reductions (both the atomic and the deterministic order) -------------------
 //
 // Each thread writes its scaled dQ values (its two query rows) into the step's staging tile, and
-// the TMA unit adds every visible row to the FP32 dQ buffer with one bulk reduction
-// (cp.reduce.async.bulk .add.f32: element-wise atomic adds of whole rows), issued by one lane of
-// the four that wrote the row: lane 4k issues row k of the warp's 16 (its row 0), lane 4k + 1
-// row k + 8 (its row 1). The writers and the issuer of a row are lanes of one warp, so a warp
-// sync orders them, and the issuer alone waits before the row is rewritten.
+// the TMA unit adds the warp's 16 rows that lie in the document to the FP32 dQ buffer with one
+// bulk reduction (cp.reduce.async.bulk .add.f32: element-wise atomic adds), issued by the warp's
+// first lane: the rows are consecutive queries of one head, one contiguous block in both the
+// staging tile and the buffer (dq_buffer.h), and a document's rows are consecutive, so the
+// block is one range. The writers and the issuer are lanes of one warp, so a warp sync orders
+// them, and the issuer alone waits before the rows are rewritten.
 
-// Whether this lane issues one of its rows' reductions, and which (0 or 1).
-__device__ __forceinline__ int issued_row(int lane) {
-  return lane % 4;
-}
-__device__ __forceinline__ bool issues_row(int lane) {
-  return issued_row(lane) < kRowsPerThread;
+__device__ __forceinline__ bool issues_rows(int lane) {
+  return lane == 0;
 }
 
-// Before the step's values are written: the previous step's reductions of the warp's rows have
+// Before the step's values are written: the previous step's reduction of the warp's rows has
 // read the staging tile.
 __device__ __forceinline__ void wait_for_staging_rows(int lane) {
-  if (issues_row(lane)) hopper::bulk_wait_source_read();
+  if (issues_rows(lane)) hopper::bulk_wait_source_read();
   __syncwarp();
 }
 
@@ -255,22 +259,21 @@ __device__ __forceinline__ void stage_dq_slice(DqStagingTile<kHeadDim>& staging,
   }
 }
 
-// After every slice is staged: each issuing lane hands its row to the TMA unit (rows outside
-// the document are never added).
+// After every slice is staged: the warp's first lane hands the warp's rows inside the document
+// (consecutive: a document's rows are) to the TMA unit; rows outside it are never added.
 template <int kHeadDim>
 __device__ __forceinline__ void add_staged_rows(const BackwardParams& p,
                                                 const DqStagingTile<kHeadDim>& staging,
-                                                const DqRowFactors& f, int head, int q0, int row0,
-                                                int lane) {
+                                                const DqRowFactors& f, int head, int q0, int lane) {
   hopper::fence_proxy_async_shared();  // the writers' stores, before the TMA unit reads them
   __syncwarp();
-  if (!issues_row(lane)) return;
-  const int r = issued_row(lane);
-  const bool visible = r == 0 ? f.visible[0] : f.visible[1];
-  if (visible) {
-    const int row = row0 + 8 * r;
-    hopper::bulk_reduce_add_f32(p.dq_accum + (int64_t(q0 + row) * p.heads_q + head) * kHeadDim,
-                                staging.row[row], kHeadDim * sizeof(float));
+  if (!issues_rows(lane)) return;
+  if (f.staged_rows != 0) {
+    const int first = f.staged_rows >> 8;
+    const uint32_t rows = f.staged_rows & 0xFF;
+    constexpr int kRowBytes = DqStagingTile<kHeadDim>::kRowFloats * sizeof(float);
+    hopper::bulk_reduce_add_f32(p.dq_accum + dq_buffer_row(head, q0 + first, p.total_q, kHeadDim),
+                                staging.row[first], rows * kRowBytes);
   }
   hopper::bulk_commit();
 }
@@ -337,13 +340,13 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
         stage_dq_slice<kHeadDim>(smem.dq_staging, dq[slice % 2], rows, row0,
                                  slice * kDqProductColumns, lane);
       }
-      add_staged_rows<kHeadDim>(p, smem.dq_staging, rows, head, step.q0, row0, lane);
+      add_staged_rows<kHeadDim>(p, smem.dq_staging, rows, head, step.q0, lane);
     };
     if (deterministic) {
       in_dq_turn(dq_semaphore(p, item, head, step.q0), item.tile, adders, [&] {
         hopper::fence_proxy_async_global();  // the turn (acquired), before this CTA's reductions
         add_partial();
-        if (issues_row(lane)) hopper::bulk_wait_all();  // done before the turn passes
+        if (issues_rows(lane)) hopper::bulk_wait_all();  // done before the turn passes
       });
     } else {
       add_partial();
@@ -351,7 +354,7 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
     step = step.next(p.group_size);
   }
   // The staging tile must outlive the reductions that read it.
-  if (issues_row(lane)) hopper::bulk_wait_all();
+  if (issues_rows(lane)) hopper::bulk_wait_all();
 }
 
 }  // namespace flamia::backward

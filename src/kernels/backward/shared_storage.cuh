@@ -8,6 +8,7 @@
 #include <type_traits>
 
 #include "kernels/backward/backward_config.h"
+#include "kernels/backward/dq_buffer.h"
 #include "kernels/backward/tile_factors.cuh"
 
 namespace flamia::backward {
@@ -46,11 +47,12 @@ struct ScoreGradientTile {
 constexpr int kScoreGradientBuffers = 2;
 
 // The dQ warpgroup's scaled dQ partial of one step, FP32 [query][d], from which the TMA unit adds
-// each query's row to the FP32 dQ buffer (bulk reductions, dq_warpgroup.cuh). Rows are padded by
-// 8 floats: a warp's float2 stores (8 rows x 4 lanes) then take the minimum two wavefronts.
+// each warp's rows to the FP32 dQ buffer (bulk reductions, dq_warpgroup.cuh). Rows are padded by
+// 8 floats: a warp's float2 stores (8 rows x 4 lanes) then take the minimum two wavefronts. The
+// dQ buffer's rows have the same pitch (dq_buffer.h).
 template <int kHeadDim>
 struct DqStagingTile {
-  static constexpr int kRowFloats = kHeadDim + 8;
+  static constexpr int kRowFloats = kHeadDim + kDqRowPadding;
   alignas(128) float row[kBlockM][kRowFloats];
 };
 
