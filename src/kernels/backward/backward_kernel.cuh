@@ -105,6 +105,22 @@ __device__ __forceinline__ int tile_value_block_exp(const Fp8QueryFactors& qf,
   return qf.value_block_exp[max(q0, item.span.q_start) - q0];
 }
 
+// The exponents of the thread's two key rows in one register (16 signed bits each; exponents
+// of FP32 powers of two fit): the head dim 128 key warpgroups have no register to spare for a
+// second across the step, and ptxas spilled the pair every step.
+class RowExponentPair {
+ public:
+  RowExponentPair() = default;
+  __device__ __forceinline__ RowExponentPair(int first, int second)
+      : bits_((uint32_t(second) << 16) | (uint32_t(first) & 0xFFFFu)) {}
+  __device__ __forceinline__ int operator[](int r) const {
+    return r == 0 ? int(int16_t(bits_ & 0xFFFFu)) : int(bits_) >> 16;
+  }
+
+ private:
+  uint32_t bits_;
+};
+
 // Per-thread state that lives across the whole CTA.
 template <int kHeadDim>
 struct KeyGradientState {
@@ -117,7 +133,7 @@ struct KeyGradientState {
   // product is added with weight 1. The final dV is acc * 2^dv_unit * 2^-ev_j.
   int dv_unit;
   // dK likewise, per key row: Ĥ's exponent gk_j changes per (row, query tile, head).
-  int dk_unit[kRowsPerThread];
+  RowExponentPair dk_unit;
 };
 
 template <int kRegisters>
@@ -257,8 +273,7 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
     const float factor[kRowsPerThread] = {power_of_two(state.dk_unit[0] - gk[0]),
                                           power_of_two(state.dk_unit[1] - gk[1])};
     rescale_rows(state.dk, factor);
-    state.dk_unit[0] = gk[0];
-    state.dk_unit[1] = gk[1];
+    state.dk_unit = RowExponentPair(gk[0], gk[1]);
     hopper::warpgroup_fence();
     mma_value_gradient<kHeadDim>(state.dv, p_hat, tiles.d_o_scaled_t);
 #pragma unroll
@@ -378,8 +393,7 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
     state.dk[i] = 0.0f;
   }
   state.dv_unit = 0;
-  state.dk_unit[0] = 0;
-  state.dk_unit[1] = 0;
+  state.dk_unit = RowExponentPair(0, 0);
 
   hopper::async_copy_wait_all();
   finish_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
