@@ -282,7 +282,8 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
     hopper::warpgroup_commit();
 
     // dQ's operand goes to the dQ warpgroup while dV and dK run.
-    hand_off_score_gradient(ds, tile_row, lane, smem.score_gradient[step.stage], step.stage);
+    hand_off_score_gradient(ds, tile_row, lane, smem.key_centered_scale,
+                            smem.score_gradient[step.stage], step.stage);
     hopper::warpgroup_wait<0>();
   }
   hopper::fence_registers(state.dv);

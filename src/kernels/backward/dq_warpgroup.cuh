@@ -1,13 +1,14 @@
 // The FP8 backward's dQ warpgroup and its hand-off from the two key warpgroups (numerics §5.7).
 //
 // Per step, each key warpgroup waits until the step's buffer is free (kScoreGradientEmpty +
-// buffer), stores x = dS 2^eq_i of its 64 keys (score_gradient_half) into the step's
+// buffer), stores y_ij = x_ij 2^ekc_j of its 64 keys (x = dS 2^eq_i from score_gradient_half,
+// 2^ekc_j the tile's centered-key scales, which the dQ warpgroup computes once) into the step's
 // ScoreGradientTile, arrives on kScoreGradientFull + buffer and goes on with its dV and dK
 // products and the next step. The dQ warpgroup runs the same sequence of steps, at most two
-// behind, with y_ij = x_ij 2^ekc_j (the tile's centered-key scales, which it computes once):
+// behind:
 //   gq_i = scale_exponent(max_j |y_ij| 2^-eq_i) over the tile's 128 keys,
 //   Ĝ    = e4m3(y_ij * 2^-(gq_i + eq_i)), packed straight into FP8 A fragments (head dim 128
-//          reads x twice, for the amax and then for the operand, and releases the buffer after;
+//          reads y twice, for the amax and then for the operand, and releases the buffer after;
 //          64 holds y in registers and releases it before the amax: query_gradient_operand),
 //   dQ  += (Ĝ K̂c) * softmax_scale * 2^gq_i: register-A wgmma in slices of 32 columns, staged
 //          and added to the FP32 buffer by one bulk reduction per warp (in key-tile order when
@@ -41,17 +42,24 @@ constexpr int kFp8CtaThreads = kCtaThreads</*kBf16Grad=*/false>;
 
 // ---- key warpgroup side ------------------------------------------------------------------------
 
-// The thread's 32 values of x (rows: its two keys; columns: its 16 queries) into the step's tile,
-// between the wait for the buffer and the signal that it is full. Touches no wgmma register, so
-// it may run while the step's dV and dK products are in flight.
+// The thread's 32 values of y = x 2^ekc_j (rows: its two keys; columns: its 16 queries; the
+// rounding the contract specifies: one product) into the step's tile, between the wait for the
+// buffer and the signal that it is full. The wait also orders the dQ warpgroup's scales
+// (written before it first frees a buffer) before their reads. Touches no wgmma register, so it
+// may run while the step's dV and dK products are in flight. (The product costs a key
+// warpgroup one multiply per value; in the dQ warpgroup, the critical path, it cost two at head
+// dim 128, which reads the tile twice.)
 __device__ __forceinline__ void hand_off_score_gradient(const float (&x)[kScoreRegisters],
                                                         const int (&tile_row)[kRowsPerThread],
-                                                        int lane, ScoreGradientTile& tile,
-                                                        int buffer) {
+                                                        int lane, const float* key_centered_scale,
+                                                        ScoreGradientTile& tile, int buffer) {
   hopper::named_barrier_sync(kScoreGradientEmpty + buffer, kFp8CtaThreads);
+  const float key_scale[kRowsPerThread] = {key_centered_scale[tile_row[0]],
+                                           key_centered_scale[tile_row[1]]};
 #pragma unroll
   for (int i = 0; i < kScoreRegisters; ++i)
-    tile.x[register_column(lane, i)][tile_row[register_row(i)]] = x[i];
+    tile.y[register_column(lane, i)][tile_row[register_row(i)]] =
+        __fmul_rn(x[i], key_scale[register_row(i)]);
   hopper::named_barrier_arrive(kScoreGradientFull + buffer, kFp8CtaThreads);
 }
 
@@ -61,7 +69,7 @@ __device__ __forceinline__ void hand_off_score_gradient(const float (&x)[kScoreR
 // so that one slice's staging stores overlap the next slice's product.
 constexpr int kDqProductColumns = 32;
 constexpr int kDqProductRegisters = accumulator_registers(kDqProductColumns);
-constexpr int kFloatsPerLoad = 4;  // 16-byte shared loads of x
+constexpr int kFloatsPerLoad = 4;  // 16-byte shared loads of y
 
 // The step's two query rows of this thread (tile-relative row0 and row0 + 8): their 2^-eq_i,
 // the warp's rows inside the document, and after the amax their dQ scales.
@@ -99,20 +107,13 @@ __device__ __forceinline__ int fragment_key(int kk, int half, int lane) {
   return kFp8MmaK * kk + 16 * half + kFloatsPerLoad * (lane & 3);
 }
 
-// y = x * 2^ekc of those four keys of `row` (the rounding the contract specifies: one product).
-__device__ __forceinline__ float4 load_y(const ScoreGradientTile& tile, const float4& key_scale,
-                                         int row, int key) {
-  const float4 x = *reinterpret_cast<const float4*>(&tile.x[row][key]);
-  return make_float4(__fmul_rn(x.x, key_scale.x), __fmul_rn(x.y, key_scale.y),
-                     __fmul_rn(x.z, key_scale.z), __fmul_rn(x.w, key_scale.w));
+// y of those four keys of `row`.
+__device__ __forceinline__ float4 load_y(const ScoreGradientTile& tile, int row, int key) {
+  return *reinterpret_cast<const float4*>(&tile.y[row][key]);
 }
 
-__device__ __forceinline__ float4 load_key_scales(const float* key_centered_scale, int key) {
-  return *reinterpret_cast<const float4*>(&key_centered_scale[key]);
-}
-
-// 2^ekc_j of the tile's 128 keys into shared memory, one per thread of the dQ warpgroup (then
-// its barrier).
+// 2^ekc_j of the tile's 128 keys into shared memory, for the key warpgroups' hand-off: one per
+// thread of the dQ warpgroup (then its barrier, before it first frees a buffer).
 __device__ __forceinline__ void store_key_centered_scales(const BackwardParams& p,
                                                           const KeyTileItem& item, int thread,
                                                           float* key_centered_scale) {
@@ -123,23 +124,20 @@ __device__ __forceinline__ void store_key_centered_scales(const BackwardParams& 
   hopper::named_barrier_sync(kDqWarpgroupBarrier, kDqWarpgroupThreads);
 }
 
-// Visits y = x * 2^ekc of the thread's fragment keys: visit(kk, half, r, y) for each k step kk,
+// Visits y of the thread's fragment keys: visit(kk, half, r, y) for each k step kk,
 // half and row r, the four keys of A-fragment register 2 half + r. kBoundEachHalf: where the
 // compiler may not batch loads further ahead (after each half, else after each k step), which
 // keeps the dQ warpgroup within its 88 registers.
 template <bool kBoundEachHalf, typename Visit>
-__device__ __forceinline__ void for_each_fragment_quad(const ScoreGradientTile& tile,
-                                                       const float* key_centered_scale, int row0,
+__device__ __forceinline__ void for_each_fragment_quad(const ScoreGradientTile& tile, int row0,
                                                        int lane, Visit&& visit) {
 #pragma unroll
   for (int kk = 0; kk < kBlockN / kFp8MmaK; ++kk) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int key = fragment_key(kk, half, lane);
-      const float4 key_scale = load_key_scales(key_centered_scale, key);
 #pragma unroll
-      for (int r = 0; r < kRowsPerThread; ++r)
-        visit(kk, half, r, load_y(tile, key_scale, row0 + 8 * r, key));
+      for (int r = 0; r < kRowsPerThread; ++r) visit(kk, half, r, load_y(tile, row0 + 8 * r, key));
       if constexpr (kBoundEachHalf) asm volatile("" ::: "memory");
     }
     if constexpr (!kBoundEachHalf) asm volatile("" ::: "memory");
@@ -197,16 +195,17 @@ __device__ __forceinline__ void pack_query_gradient_operand(ForEachY&& for_each_
 }
 
 // The step's Ĝ and dQ scales from its hand-off tile; releases the tile (release()) as soon as
-// the thread has read it: after the operand at head dim 128 (x is read twice, for the amax and
+// the thread has read it: after the operand at head dim 128 (y is read twice, for the amax and
 // for the operand, within the warpgroup's 88 registers), before the amax at 64 (y held).
 template <int kHeadDim, typename Release>
-__device__ __forceinline__ void query_gradient_operand(
-    const ScoreGradientTile& tile, const float* key_centered_scale, int row0, int lane,
-    float softmax_scale, DqRowFactors& f, uint32_t (&g)[kBlockN / kFp8MmaK][4], Release&& release) {
+__device__ __forceinline__ void query_gradient_operand(const ScoreGradientTile& tile, int row0,
+                                                       int lane, float softmax_scale,
+                                                       DqRowFactors& f,
+                                                       uint32_t (&g)[kBlockN / kFp8MmaK][4],
+                                                       Release&& release) {
   auto from_tile = [&](auto bound_each_half) {
     return [&, bound_each_half](auto&& visit) {
-      for_each_fragment_quad<decltype(bound_each_half)::value>(tile, key_centered_scale, row0, lane,
-                                                               visit);
+      for_each_fragment_quad<decltype(bound_each_half)::value>(tile, row0, lane, visit);
     };
   };
   if constexpr (kHeadDim == 64) {
@@ -305,11 +304,10 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
     const ScoreGradientTile& tile = smem.score_gradient[step.stage];
     hopper::named_barrier_sync(kScoreGradientFull + step.stage, kFp8CtaThreads);
     uint32_t g[kBlockN / kFp8MmaK][4];
-    query_gradient_operand<kHeadDim>(
-        tile, smem.key_centered_scale, row0, lane, p.softmax_scale, rows, g, [&] {
-          if (freed.valid(item))
-            hopper::named_barrier_arrive(kScoreGradientEmpty + step.stage, kFp8CtaThreads);
-        });
+    query_gradient_operand<kHeadDim>(tile, row0, lane, p.softmax_scale, rows, g, [&] {
+      if (freed.valid(item))
+        hopper::named_barrier_arrive(kScoreGradientEmpty + step.stage, kFp8CtaThreads);
+    });
     freed = freed.next(p.group_size);
 
     // dQ = Ĝ K̂c in column slices: slice c + 1's product is in flight while slice c is staged.

@@ -36,13 +36,13 @@ struct Bf16GradQueryStage {
   alignas(kTileAlignment) uint8_t d_o_scaled_t[kHeadDim * kBlockM];  // dÔ''ᵀ (dV's B)
 };
 
-// x = dS 2^eq_i of one step, FP32 [query][key], from the key warpgroups to the dQ warpgroup
+// y = dS 2^eq_i 2^ekc_j of one step, FP32 [query][key], from the key warpgroups to the dQ warpgroup
 // (dq_warpgroup.cuh). Rows are padded to 132 floats: the key warpgroups' scalar stores
 // (a warp: 4 queries 2 apart x 8 consecutive keys) then fall on 32 different banks, and the dQ
 // warpgroup's 16-byte loads (8 lanes: 2 queries x 64 bytes) conflict at most 2 ways.
 constexpr int kScoreGradientRowFloats = kBlockN + 4;
 struct ScoreGradientTile {
-  alignas(128) float x[kBlockM][kScoreGradientRowFloats];
+  alignas(128) float y[kBlockM][kScoreGradientRowFloats];
 };
 constexpr int kScoreGradientBuffers = 2;
 
@@ -68,7 +68,7 @@ struct Fp8Storage {
   uint64_t query_full[kQueryStages];  // a stage's TMA copies have landed (query_pipeline.cuh)
   alignas(128) Fp8QueryFactors query[kQueryStages];  // TMA destinations too
   ScoreGradientTile score_gradient[kScoreGradientBuffers];
-  alignas(16) float key_centered_scale[kBlockN];  // 2^ekc_j of the tile's keys (dQ warpgroup)
+  alignas(16) float key_centered_scale[kBlockN];  // 2^ekc_j of the tile's keys (hand-off)
   DqStagingTile<kHeadDim> dq_staging;
 };
 
