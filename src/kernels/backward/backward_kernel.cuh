@@ -105,35 +105,21 @@ __device__ __forceinline__ int tile_value_block_exp(const Fp8QueryFactors& qf,
   return qf.value_block_exp[max(q0, item.span.q_start) - q0];
 }
 
-// The exponents of the thread's two key rows in one register (16 signed bits each; exponents
-// of FP32 powers of two fit): the head dim 128 key warpgroups have no register to spare for a
-// second across the step, and ptxas spilled the pair every step.
-class RowExponentPair {
- public:
-  RowExponentPair() = default;
-  __device__ __forceinline__ RowExponentPair(int first, int second)
-      : bits_((uint32_t(second) << 16) | (uint32_t(first) & 0xFFFFu)) {}
-  __device__ __forceinline__ int operator[](int r) const {
-    return r == 0 ? int(int16_t(bits_ & 0xFFFFu)) : int(bits_) >> 16;
-  }
-
- private:
-  uint32_t bits_;
-};
-
 // Per-thread state that lives across the whole CTA.
 template <int kHeadDim>
 struct KeyGradientState {
   float dv[kHeadDim / 2];  // in units of 2^dv_unit (see below)
-  float dk[kHeadDim / 2];  // row r in units of 2^dk_unit[r] (FP8) or 1 (BF16grad)
+  float dk[kHeadDim / 2];  // row r in units of 2^(dK unit r) (FP8) or 1 (BF16grad)
   // dÔ'' carries one scale 2^ew per (head, 64-query block): a factor along dV's reduction that
   // changes from step to step. It cannot be folded into P̂ (that would change the forward's
   // P̂), so the dV accumulator is kept in units of the current step's 2^ew: when ew changes, the
   // whole accumulator is multiplied by 2^(old - new) (exact, a power of two) before the step's
   // product is added with weight 1. The final dV is acc * 2^dv_unit * 2^-ev_j.
   int dv_unit;
-  // dK likewise, per key row: Ĥ's exponent gk_j changes per (row, query tile, head).
-  RowExponentPair dk_unit;
+  // dK likewise, per key row: Ĥ's exponent gk_j changes per (row, query tile, head). The FP8
+  // path keeps the two rows' units in shared memory (Fp8Storage::dk_units, one word per key
+  // warpgroup thread): the head dim 128 key warpgroups have no register left across the step,
+  // and ptxas spilled them to local memory every step.
 };
 
 template <int kRegisters>
@@ -267,13 +253,15 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
     hopper::warpgroup_wait<0>();
     hopper::fence_registers(dq.acc);
   } else {
-    int gk[kRowsPerThread] = {state.dk_unit[0], state.dk_unit[1]};
+    RowExponentPair& unit = smem.dk_units[threadIdx.x];
+    const RowExponentPair previous = unit;
+    int gk[kRowsPerThread] = {previous[0], previous[1]};
     uint32_t h[kBlockM / kFp8MmaK][4];
     key_gradient_operand(ds, gk, h);
-    const float factor[kRowsPerThread] = {power_of_two(state.dk_unit[0] - gk[0]),
-                                          power_of_two(state.dk_unit[1] - gk[1])};
+    const float factor[kRowsPerThread] = {power_of_two(previous[0] - gk[0]),
+                                          power_of_two(previous[1] - gk[1])};
     rescale_rows(state.dk, factor);
-    state.dk_unit = RowExponentPair(gk[0], gk[1]);
+    unit = RowExponentPair(gk[0], gk[1]);
     hopper::warpgroup_fence();
     mma_value_gradient<kHeadDim>(state.dv, p_hat, tiles.d_o_scaled_t);
 #pragma unroll
@@ -321,6 +309,7 @@ __device__ __forceinline__ void write_key_gradients(const BackwardParams& p,
                                                     const KeyTileItem& item,
                                                     const KeyRowFactors& key,
                                                     const KeyGradientState<kHeadDim>& state,
+                                                    RowExponentPair dk_unit,
                                                     const int (&tile_row)[kRowsPerThread]) {
   const int lane = threadIdx.x % kWarpSize;
 #pragma unroll
@@ -328,7 +317,7 @@ __device__ __forceinline__ void write_key_gradients(const BackwardParams& p,
     if (key.visibility[r] == kKeyOutside) continue;
     const int64_t j = item.key0 + tile_row[r];
     const float dk_scale =
-        kBf16Grad ? p.softmax_scale : p.softmax_scale * power_of_two(state.dk_unit[r]);
+        kBf16Grad ? p.softmax_scale : p.softmax_scale * power_of_two(dk_unit[r]);
     const float dv_scale = power_of_two(state.dv_unit - int(key.score[r].value_exponent));
     __nv_bfloat16* dk_row = static_cast<__nv_bfloat16*>(p.dk.data) + j * p.dk.token_stride +
                             int64_t(item.kv_head) * p.dk.head_stride;
@@ -394,7 +383,7 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
     state.dk[i] = 0.0f;
   }
   state.dv_unit = 0;
-  state.dk_unit = RowExponentPair(0, 0);
+  if constexpr (!kBf16Grad) smem.dk_units[threadIdx.x] = RowExponentPair(0, 0);
 
   hopper::async_copy_wait_all();
   finish_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
@@ -410,7 +399,9 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
     finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     step = next;
   }
-  write_key_gradients<kHeadDim, kBf16Grad>(p, item, key, state, tile_row);
+  RowExponentPair dk_unit(0, 0);  // BF16grad: dK in units of 1
+  if constexpr (!kBf16Grad) dk_unit = smem.dk_units[threadIdx.x];
+  write_key_gradients<kHeadDim, kBf16Grad>(p, item, key, state, dk_unit, tile_row);
 }
 
 }  // namespace flamia::backward

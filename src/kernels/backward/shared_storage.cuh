@@ -56,6 +56,21 @@ struct DqStagingTile {
   alignas(128) float row[kBlockM][kRowFloats];
 };
 
+// The exponents of the thread's two key rows in one word (16 signed bits each; exponents of
+// FP32 powers of two fit).
+class RowExponentPair {
+ public:
+  RowExponentPair() = default;
+  __device__ __forceinline__ RowExponentPair(int first, int second)
+      : bits_((uint32_t(second) << 16) | (uint32_t(first) & 0xFFFFu)) {}
+  __device__ __forceinline__ int operator[](int r) const {
+    return r == 0 ? int(int16_t(bits_ & 0xFFFFu)) : int(bits_) >> 16;
+  }
+
+ private:
+  uint32_t bits_;
+};
+
 // precision fp8: all five products in FP8.
 template <int kHeadDim>
 struct Fp8Storage {
@@ -70,6 +85,7 @@ struct Fp8Storage {
   ScoreGradientTile score_gradient[kScoreGradientBuffers];
   alignas(16) float key_centered_scale[kBlockN];  // 2^ekc_j of the tile's keys (hand-off)
   DqStagingTile<kHeadDim> dq_staging;
+  RowExponentPair dk_units[kThreads];  // the key warpgroups' dK row units (KeyGradientState)
 };
 
 // precision fp8-bf16grad: Sᵀ and dV in FP8; dPᵀ, dK and dQ in BF16 from the BF16 inputs.
