@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/backward/backward_schedule.h"
 #include "kernels/backward/key_tiles.h"
 #include "ref_test_util.h"
 
@@ -135,6 +136,145 @@ TEST(BackwardTiles, KeyTilesBoundCoversEveryTileWithKeys) {
   EXPECT_EQ(key_tiles_with_keys(cu_seqlens_from_lengths(worst), tiles_per_doc(worst)), 4);
   EXPECT_EQ(bound_of(worst), 4);
   EXPECT_EQ(bound_of({}), 0);
+}
+
+// ---- packed short documents ----------------------------------------------------------------
+
+// Layouts with many short documents (and long ones between them): lengths 0 to 80, some 300.
+std::vector<int> short_document_lengths(std::mt19937& rng, int documents) {
+  std::uniform_int_distribution<int> length(0, 80), pick(0, 9);
+  std::vector<int> lengths(documents);
+  for (int& len : lengths) len = pick(rng) == 0 ? 300 : length(rng);
+  return lengths;
+}
+
+bool packs_by_definition(const std::vector<int32_t>& cu, int doc) {
+  const int start = cu[doc], end = cu[doc + 1];
+  if (end <= start) return false;
+  for (int t = start; t < end; ++t)
+    if (t / kPackWindow != start / kPackWindow) return false;
+  return true;
+}
+
+// Runs: every packing document in exactly one run, a run's documents consecutive, packing and in
+// one window, and runs maximal (the documents around a run do not extend it).
+TEST(BackwardPacking, RunsPartitionThePackingDocuments) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const std::vector<int> lengths = short_document_lengths(rng, 1 + trial % 60);
+    const std::vector<int32_t> cu = cu_seqlens_from_lengths(lengths);
+    const int batch = int(lengths.size());
+    std::vector<int> covered(batch, 0);
+    for (int doc = 0; doc < batch; ++doc) {
+      EXPECT_EQ(document_packs(cu.data(), cu.data(), doc), packs_by_definition(cu, doc));
+      if (!starts_packed_run(cu.data(), cu.data(), doc)) continue;
+      const int n = packed_run_length(cu.data(), cu.data(), batch, doc);
+      ASSERT_GE(n, 1);
+      ASSERT_LE(n, kPackWindow);
+      const int window = cu[doc] / kPackWindow;
+      for (int d = doc; d < doc + n; ++d) {
+        ++covered[d];
+        EXPECT_TRUE(packs_by_definition(cu, d));
+        EXPECT_EQ(cu[d] / kPackWindow, window);
+      }
+      if (doc > 0) {
+        EXPECT_FALSE(packs_by_definition(cu, doc - 1) && cu[doc - 1] / kPackWindow == window);
+      }
+      if (doc + n < batch) {
+        EXPECT_FALSE(packs_by_definition(cu, doc + n) && cu[doc + n] / kPackWindow == window);
+      }
+      // The run's single query tile (floor16 of its first token, 64 rows) covers it, and with it
+      // each document's own first query block (the contract's scale block): the whole document.
+      const KeyTileItem item = make_packed_item(cu.data(), cu.data(), doc, n, 0);
+      EXPECT_LE(item.span.q_end, item.key0 + kBlockM);
+      EXPECT_EQ(first_visible_query_tile(item, true), item.key0);
+      EXPECT_EQ(key_tile_query_tiles(item, true), 1);
+      for (int d = doc; d < doc + n; ++d) EXPECT_LE(cu[d + 1], floor_to_group(cu[d]) + kBlockM);
+      const int32_t entry = packed_run_entry(doc, n);
+      EXPECT_TRUE(is_packed_run_entry(entry));
+      EXPECT_EQ(packed_run_first_doc(entry), doc);
+      EXPECT_EQ(packed_run_documents(entry), n);
+    }
+    for (int doc = 0; doc < batch; ++doc)
+      EXPECT_EQ(covered[doc], packs_by_definition(cu, doc) ? 1 : 0) << "trial " << trial;
+    // Cross lengths never pack.
+    std::vector<int> shifted = lengths;
+    shifted.insert(shifted.begin(), 1);
+    shifted.pop_back();
+    const std::vector<int32_t> cu_k = cu_seqlens_from_lengths(shifted);
+    for (int doc = 0; doc < batch; ++doc) {
+      if (document_packs(cu.data(), cu_k.data(), doc)) {
+        EXPECT_EQ(cu[doc], cu_k[doc]);
+      }
+    }
+  }
+  EXPECT_FALSE(is_packed_run_entry(kNoKeyTile));
+  EXPECT_FALSE(is_packed_run_entry(0));
+}
+
+// The packed visibility rule against the definition (same document; causal: key position <=
+// query position) for every pair of tokens of a run, with the indices the kernel uses: the query
+// index from row_factors.cu, the key index derived from it (packed_key_from_query).
+TEST(BackwardPacking, VisibilityRuleMatchesTheDefinition) {
+  std::mt19937 rng(9);
+  for (int trial = 0; trial < 100; ++trial) {
+    const std::vector<int> lengths = short_document_lengths(rng, 40);
+    const std::vector<int32_t> cu = cu_seqlens_from_lengths(lengths);
+    const int batch = int(lengths.size());
+    for (bool causal : {true, false}) {
+      for (int doc = 0; doc < batch; ++doc) {
+        if (!starts_packed_run(cu.data(), cu.data(), doc)) continue;
+        const int n = packed_run_length(cu.data(), cu.data(), batch, doc);
+        auto doc_of = [&](int t) {
+          int d = doc;
+          while (cu[d + 1] <= t) ++d;
+          return d;
+        };
+        auto query_index = [&](int t) {
+          const int d = doc_of(t);
+          return packed_query_index(d, t - cu[d], causal);
+        };
+        const uint32_t window = packed_window(causal);
+        for (int i = cu[doc]; i < cu[doc + n]; ++i)
+          for (int j = cu[doc]; j < cu[doc + n]; ++j) {
+            const bool expected = doc_of(i) == doc_of(j) && (!causal || j <= i);
+            EXPECT_EQ(
+                visible_pair(packed_key_from_query(query_index(j), causal), query_index(i), window),
+                expected)
+                << "i " << i << " j " << j << (causal ? " causal" : " full");
+          }
+        // Rows outside the run never see a packed key, nor queries a key outside it.
+        EXPECT_FALSE(visible_pair(packed_key_from_query(query_index(cu[doc]), causal),
+                                  kQueryOutside, window));
+        EXPECT_FALSE(visible_pair(kKeyOutside, query_index(cu[doc]), window));
+      }
+    }
+  }
+  // The ordinary rule is key index <= query index.
+  for (int k : {0, 5, kKeyOutside})
+    for (int q : {kQueryOutside, 0, 4, 5, kQuerySeesAll})
+      EXPECT_EQ(visible_pair(k, q, kOrdinaryWindow), k <= q) << k << " " << q;
+}
+
+// The launch bound still covers the order's entries when runs replace their documents' pairs.
+TEST(BackwardPacking, KeyTilesBoundCoversPackedOrders) {
+  std::mt19937 rng(3);
+  for (int trial = 0; trial < 100; ++trial) {
+    const std::vector<int> lengths = short_document_lengths(rng, 1 + trial);
+    const std::vector<int32_t> cu = cu_seqlens_from_lengths(lengths);
+    const int batch = int(lengths.size());
+    const int per_doc = tiles_per_doc(lengths);
+    int entries = 0;
+    for (int doc = 0; doc < batch; ++doc) {
+      if (document_packs(cu.data(), cu.data(), doc)) {
+        entries += starts_packed_run(cu.data(), cu.data(), doc);
+        continue;
+      }
+      for (int tile = 0; tile < per_doc; ++tile)
+        entries += !key_tile_is_empty(make_key_tile_item(cu.data(), cu.data(), doc, tile, 0));
+    }
+    EXPECT_LE(entries, bound_of(lengths)) << "trial " << trial;
+  }
 }
 
 }  // namespace

@@ -119,6 +119,17 @@ std::vector<BackwardCase> backward_cases() {
   cases.push_back(sink_block);
   BackwardCase tiny{"d64_many_tiny", std::vector<int>(300, 5), {}, 4, 4, 64, true};
   cases.push_back(tiny);
+  // Short documents that pack into runs (key_tiles.h: 48 | 1 | 2 30 5 5 5 | 16 16 16), between
+  // ones that do not (across a 64-token window edge, or longer), with GQA.
+  const std::vector<int> short_docs = {48, 63, 1, 64, 65, 17, 2, 30, 5, 5, 5, 140, 16, 16, 16, 16};
+  for (int d : {64, 128})
+    for (bool causal : {true, false})
+      for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kBlock32}) {
+        if (mode == ScaleMode::kBlock32 && !causal) continue;
+        const std::string tag = "d" + std::to_string(d) + (causal ? "_causal" : "_full") +
+                                (mode == ScaleMode::kExact ? "_exact" : "_block32");
+        cases.push_back({tag + "_packed_gqa4", short_docs, {}, 8, 2, d, causal, mode});
+      }
   return cases;
 }
 
@@ -156,8 +167,9 @@ std::vector<BackwardCase> determinism_cases() {
   BackwardCase gqa{"d128_causal_gqa", {1000, 300, 17}, {}, 4, 2, 128, true};
   BackwardCase full{"d64_full_mha", {640, 1, 257}, {}, 2, 2, 64, false};
   BackwardCase bf16{"d128_causal_bf16grad", {700, 45}, {}, 2, 1, 128, true};
+  BackwardCase packed{"d128_causal_packed_gqa", {5, 9, 30, 3, 200, 7, 7, 7}, {}, 4, 2, 128, true};
   bf16.precision = BackwardPrecision::kFp8Bf16Grad;
-  return {gqa, full, bf16};
+  return {gqa, full, bf16, packed};
 }
 
 INSTANTIATE_TEST_SUITE_P(Deterministic, BackwardDeterminismTest,
@@ -266,6 +278,57 @@ std::vector<BackwardCase> isolation_cases() {
 }
 
 INSTANTIATE_TEST_SUITE_P(Documents, BackwardIsolationTest, ::testing::ValuesIn(isolation_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// Documents 1 and 2 (20 tokens each, in the window [128, 192)) pack into one run, which shares a
+// CTA (key_tiles.h); its neighbours 0 and 3 do not pack. With every operand byte of the
+// neighbours set to NaN, the run's gradients are those of the clean run, bit for bit: the
+// packed CTA masks everything outside the run as an ordinary one masks everything outside its
+// document. (Inside a run a NaN may reach the run's other documents: numerics.md.)
+class BackwardPackedIsolationTest : public ::testing::TestWithParam<BackwardCase> {};
+
+TEST_P(BackwardPackedIsolationTest, NeighbourNaNsStayOutOfTheRun) {
+  FLAMIA_REQUIRE_SM90();
+  const BackwardCase& c = GetParam();
+  KernelCase k(c);
+  const ref::Problem& p = k.problem;
+  const HostOperands poisoned = with_poisoned_document(p, with_poisoned_document(p, k.ops, 0), 3);
+  DeviceBackwardProblem dirty(p, k.inputs, poisoned, k.forward.softmax_stats);
+  const BackwardRun clean_run = k.device.run(c.precision, /*deterministic=*/true);
+  const BackwardRun dirty_run = dirty.run(c.precision, /*deterministic=*/true);
+  ASSERT_EQ(clean_run.sync, cudaSuccess) << cudaGetErrorString(clean_run.sync);
+  ASSERT_EQ(dirty_run.sync, cudaSuccess) << cudaGetErrorString(dirty_run.sync);
+  const int d = p.head_dim;
+  const TokenRangeOf run{p.cu_seqlens_q[1], p.cu_seqlens_q[3]};
+  const TokenRangeOf q3{p.cu_seqlens_q[3], p.cu_seqlens_q[4]};
+  EXPECT_GT(count_not_finite(bits_to_float(token_rows(dirty_run.dq, p.heads_q, d, q3))), 0u);
+  const std::vector<uint16_t> dq = token_rows(clean_run.dq, p.heads_q, d, run);
+  EXPECT_EQ(count_not_finite(bits_to_float(dq)), 0u);
+  EXPECT_TRUE(token_rows(dirty_run.dq, p.heads_q, d, run) == dq) << "dQ of the run";
+  EXPECT_TRUE(token_rows(dirty_run.dk, p.heads_kv, d, run) ==
+              token_rows(clean_run.dk, p.heads_kv, d, run))
+      << "dK of the run";
+  EXPECT_TRUE(token_rows(dirty_run.dv, p.heads_kv, d, run) ==
+              token_rows(clean_run.dv, p.heads_kv, d, run))
+      << "dV of the run";
+}
+
+std::vector<BackwardCase> packed_isolation_cases() {
+  std::vector<BackwardCase> cases;
+  for (int d : {64, 128})
+    for (bool causal : {true, false})
+      cases.push_back({"d" + std::to_string(d) + (causal ? "_causal" : "_full"),
+                       {128, 20, 20, 150},
+                       {},
+                       4,
+                       2,
+                       d,
+                       causal});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(PackedRun, BackwardPackedIsolationTest,
+                         ::testing::ValuesIn(packed_isolation_cases()),
                          [](const auto& info) { return info.param.name; });
 
 // ---- P̂ rebuilt by the backward vs the contract's P̂ ----------------------------------------------

@@ -94,15 +94,18 @@ __device__ __forceinline__ void mma_value_gradient(float (&dv)[kHeadDim / 2],
 
 // ---- the step ---------------------------------------------------------------------------------
 
-// The block exponent ew of dÔ'' of the step's query tile: BF16grad's factors hold it once; the FP8
-// path's per row, read at the tile's first row inside the document (every such row has it).
-__device__ __forceinline__ int tile_value_block_exp(const QueryFactors& qf, const KeyTileItem&,
-                                                    int) {
+// The block exponent ew of dÔ'' that key row `tile_row`'s dV products carry in the step: the
+// query tile's (BF16grad's factors hold it once; the FP8 path's per row, read at the tile's
+// first row inside the document: every such row has it), or, in a packed run, that of the key's
+// own document, read at its own row (a packed key is query row tile_row < kBlockM; rows past it
+// hold no key, and their zero accumulators take any unit).
+__device__ __forceinline__ int row_value_block_exp(const QueryFactors& qf, const KeyTileItem&, int,
+                                                   int) {
   return qf.value_block_exp;
 }
-__device__ __forceinline__ int tile_value_block_exp(const Fp8QueryFactors& qf,
-                                                    const KeyTileItem& item, int q0) {
-  return qf.value_block_exp[max(q0, item.span.q_start) - q0];
+__device__ __forceinline__ int row_value_block_exp(const Fp8QueryFactors& qf,
+                                                   const KeyTileItem& item, int q0, int tile_row) {
+  return qf.value_block_exp[item.packed ? tile_row % kBlockM : max(q0, item.span.q_start) - q0];
 }
 
 // Per-thread state that lives across the whole CTA.
@@ -113,9 +116,10 @@ struct KeyGradientState {
   // dÔ'' carries one scale 2^ew per (head, 64-query block): a factor along dV's reduction that
   // changes from step to step. It cannot be folded into P̂ (that would change the forward's
   // P̂), so the dV accumulator is kept in units of the current step's 2^ew: when ew changes, the
-  // whole accumulator is multiplied by 2^(old - new) (exact, a power of two) before the step's
-  // product is added with weight 1. The final dV is acc * 2^dv_unit * 2^-ev_j.
-  int dv_unit;
+  // rows are multiplied by 2^(old - new) (exact, a power of two) before the step's product is
+  // added with weight 1. The final dV is acc * 2^dv_unit * 2^-ev_j. Per row: the two rows share
+  // the step's ew, except in a packed run, whose documents have their own (row_value_block_exp).
+  RowExponentPair dv_unit;
   // dK likewise, per key row: Ĥ's exponent gk_j changes per (row, query tile, head). The FP8
   // path keeps the two rows' units in shared memory (Fp8Storage::dk_units, one word per key
   // warpgroup thread): the head dim 128 key warpgroups have no register left across the step,
@@ -146,7 +150,7 @@ __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const
         const int i = fp8_operand_source_register(kk, w, b);
         const int r = register_row(i);
         const int col = register_column(lane, i);
-        if (key.visibility[r] > qf.visibility[col]) continue;
+        if (!visible_pair(key.visibility[r], qf.visibility[col], key.window)) continue;
         const uint8_t code = uint8_t(p_hat[kk][w] >> (8 * b));
         const int64_t at =
             (int64_t(head) * p.total_q + q0 + col) * p.total_k + item.key0 + tile_row[r];
@@ -218,12 +222,13 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
   }
   if constexpr (kDebugPHat) write_debug_p_hat(p, item, p_hat, key, qf, tile_row, head, q0, lane);
 
-  const int ew = tile_value_block_exp(qf, item, q0);
-  if (ew != state.dv_unit) {
-    const float factor[kRowsPerThread] = {power_of_two(state.dv_unit - ew),
-                                          power_of_two(state.dv_unit - ew)};
+  const int ew[kRowsPerThread] = {row_value_block_exp(qf, item, q0, tile_row[0]),
+                                  row_value_block_exp(qf, item, q0, tile_row[1])};
+  if (ew[0] != state.dv_unit[0] || ew[1] != state.dv_unit[1]) {
+    const float factor[kRowsPerThread] = {power_of_two(state.dv_unit[0] - ew[0]),
+                                          power_of_two(state.dv_unit[1] - ew[1])};
     rescale_rows(state.dv, factor);
-    state.dv_unit = ew;
+    state.dv_unit = RowExponentPair(ew[0], ew[1]);
   }
 
   const int dq_col0 = warpgroup * Tile::kDqColumns;
@@ -316,9 +321,8 @@ __device__ __forceinline__ void write_key_gradients(const BackwardParams& p,
   for (int r = 0; r < kRowsPerThread; ++r) {
     if (key.visibility[r] == kKeyOutside) continue;
     const int64_t j = item.key0 + tile_row[r];
-    const float dk_scale =
-        kBf16Grad ? p.softmax_scale : p.softmax_scale * power_of_two(dk_unit[r]);
-    const float dv_scale = power_of_two(state.dv_unit - int(key.score[r].value_exponent));
+    const float dk_scale = kBf16Grad ? p.softmax_scale : p.softmax_scale * power_of_two(dk_unit[r]);
+    const float dv_scale = power_of_two(state.dv_unit[r] - int(key.score[r].value_exponent));
     __nv_bfloat16* dk_row = static_cast<__nv_bfloat16*>(p.dk.data) + j * p.dk.token_stride +
                             int64_t(item.kv_head) * p.dk.head_stride;
     __nv_bfloat16* dv_row = static_cast<__nv_bfloat16*>(p.dv.data) + j * p.dv.token_stride +
@@ -374,7 +378,7 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   issue_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
   issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
   hopper::async_copy_commit();
-  const KeyRowFactors key = load_key_factors(p, item, tile_row);
+  KeyRowFactors key = load_key_factors(p, item, tile_row);
 
   KeyGradientState<kHeadDim> state;
 #pragma unroll
@@ -382,12 +386,14 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
     state.dv[i] = 0.0f;
     state.dk[i] = 0.0f;
   }
-  state.dv_unit = 0;
+  state.dv_unit = RowExponentPair(0, 0);
   if constexpr (!kBf16Grad) smem.dk_units[threadIdx.x] = RowExponentPair(0, 0);
 
   hopper::async_copy_wait_all();
   finish_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
   finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
+  if (item.packed && step.valid(item))  // (BF16grad never packs)
+    set_packed_key_visibility(key, smem.query[step.stage], tile_row, p.causal != 0);
   while (step.valid(item)) {
     const StepCursor next = step.next(p.group_size);
     issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);

@@ -34,6 +34,7 @@ struct BackwardParams {
   const int32_t* tile_order;  // [key_tile_slots] launch order (backward_schedule.h)
   int causal;
   int deterministic;
+  int pack_documents;  // FP8: runs of short documents share a CTA (key_tiles.h)
   float softmax_scale;
   float scale_log2;  // softmax_scale * log2(e), computed exactly as the forward does
 

@@ -16,16 +16,25 @@ __device__ __forceinline__ int cost_bin(const KeyTileItem& item, bool causal) {
   return kCostBins - 1 - work;
 }
 
-// Visits the document's key tiles with keys, in increasing order (they come first: key0 grows
-// with the tile index).
+// Visits the order entries of the document: its key tiles with keys, in increasing order (they
+// come first: key0 grows with the tile index), or, pack_documents, its run's entry if it starts
+// one and none if it packs otherwise. visit(entry, bin).
 template <typename Visit>
-__device__ __forceinline__ void for_each_key_tile(const int32_t* cu_q, const int32_t* cu_k,
-                                                  int doc, int key_tiles_per_doc, bool causal,
-                                                  Visit&& visit) {
+__device__ __forceinline__ void for_each_entry(const int32_t* cu_q, const int32_t* cu_k, int batch,
+                                               int doc, int key_tiles_per_doc, bool causal,
+                                               bool pack_documents, Visit&& visit) {
+  if (pack_documents && document_packs(cu_q, cu_k, doc)) {
+    if (starts_packed_run(cu_q, cu_k, doc)) {
+      const int documents = packed_run_length(cu_q, cu_k, batch, doc);
+      visit(packed_run_entry(doc, documents),
+            cost_bin(make_packed_item(cu_q, cu_k, doc, documents, 0), causal));
+    }
+    return;
+  }
   for (int tile = 0; tile < key_tiles_per_doc; ++tile) {
     const KeyTileItem item = make_key_tile_item(cu_q, cu_k, doc, tile, 0);
     if (key_tile_is_empty(item)) return;
-    visit(tile, cost_bin(item, causal));
+    visit(doc * key_tiles_per_doc + tile, cost_bin(item, causal));
   }
 }
 
@@ -34,7 +43,7 @@ __device__ __forceinline__ void for_each_key_tile(const int32_t* cu_q, const int
 // header on stability). The entries past the pairs keep the launch's kNoKeyTile fill.
 __global__ void __launch_bounds__(kPlanThreads)
     backward_schedule_kernel(const int32_t* cu_q, const int32_t* cu_k, int batch,
-                             int key_tiles_per_doc, int slots, bool causal,
+                             int key_tiles_per_doc, int slots, bool causal, bool pack_documents,
                              const int32_t* device_status, int32_t* tile_order) {
   __shared__ int bins[kCostBins];
   __shared__ int scratch[kPlanThreads];
@@ -43,30 +52,32 @@ __global__ void __launch_bounds__(kPlanThreads)
   if (device_status != nullptr && *device_status != kDeviceStatusOk) return;
   for (int i = tid; i < kCostBins; i += kPlanThreads) bins[i] = 0;
   __syncthreads();
+  auto entries = [&](int doc, auto&& visit) {
+    for_each_entry(cu_q, cu_k, batch, doc, key_tiles_per_doc, causal, pack_documents, visit);
+  };
   for (int doc = tid; doc < batch; doc += kPlanThreads)
-    for_each_key_tile(cu_q, cu_k, doc, key_tiles_per_doc, causal,
-                      [&](int, int bin) { atomicAdd(&bins[bin], 1); });
+    entries(doc, [&](int32_t, int bin) { atomicAdd(&bins[bin], 1); });
   __syncthreads();
   bin_counts_to_offsets<kPlanThreads, kCostBins>(bins, scratch);
   __syncthreads();
   for (int doc = tid; doc < batch; doc += kPlanThreads)
-    for_each_key_tile(cu_q, cu_k, doc, key_tiles_per_doc, causal, [&](int tile, int bin) {
+    entries(doc, [&](int32_t entry, int bin) {
       const int at = atomicAdd(&bins[bin], 1);
-      if (at < slots) tile_order[at] = doc * key_tiles_per_doc + tile;  // always (the bound)
+      if (at < slots) tile_order[at] = entry;  // always (the bound)
     });
 }
 
 }  // namespace
 
 cudaError_t launch_backward_schedule(const PackedShape& shape, int key_tiles_per_doc, int slots,
-                                     const int32_t* device_status, int32_t* tile_order,
-                                     cudaStream_t stream) {
+                                     bool pack_documents, const int32_t* device_status,
+                                     int32_t* tile_order, cudaStream_t stream) {
   static_assert(kNoKeyTile == -1, "the fill below writes 0xFF bytes");
   cudaError_t error = cudaMemsetAsync(tile_order, 0xFF, tile_order_bytes(slots), stream);
   if (error != cudaSuccess) return error;
-  backward_schedule_kernel<<<1, kPlanThreads, 0, stream>>>(shape.cu_seqlens_q, shape.cu_seqlens_k,
-                                                           shape.batch, key_tiles_per_doc,
-                                                           slots, shape.causal, device_status, tile_order);
+  backward_schedule_kernel<<<1, kPlanThreads, 0, stream>>>(
+      shape.cu_seqlens_q, shape.cu_seqlens_k, shape.batch, key_tiles_per_doc, slots, shape.causal,
+      pack_documents, device_status, tile_order);
   return cudaGetLastError();
 }
 

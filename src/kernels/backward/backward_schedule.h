@@ -10,6 +10,10 @@
 // the order's entries past those pairs hold kNoKeyTile (the launch fills them before the plan),
 // and their CTAs return at once.
 //
+// With pack_documents (the FP8 path), the documents that pack (key_tiles.h) place no pair of
+// their own: each run of them places one entry, packed_run_entry(first document, length), with
+// the work of one query tile. A run replaces at least one document's pair, so the bound holds.
+//
 // Block x of the backward grid = kv_head * slots + rank: KV-head-major, so that the CTAs that
 // run at the same time share the Q̂, dÔ tiles of few heads in L2 (as the document order did).
 //
@@ -34,9 +38,9 @@ inline size_t tile_order_bytes(int slots) {
 }
 
 // Fills tile_order[0, slots) on `stream`: doc * key_tiles_per_doc + tile for every pair with
-// keys, by descending work, then kNoKeyTile.
+// keys (and, pack_documents, a packed run's entry), by descending work, then kNoKeyTile.
 cudaError_t launch_backward_schedule(const PackedShape& shape, int key_tiles_per_doc, int slots,
-                                     const int32_t* device_status, int32_t* tile_order,
-                                     cudaStream_t stream);
+                                     bool pack_documents, const int32_t* device_status,
+                                     int32_t* tile_order, cudaStream_t stream);
 
 }  // namespace flamia::backward

@@ -144,8 +144,8 @@ __global__ void convert_dq_kernel(const float* dq_accum, Bf16MutableView dq, int
     const int64_t row = x / kStepsPerRow;  // head * total_q + token
     const int token = int(row % total_q);
     const int head = int(row / total_q);
-    const float4* in =
-        reinterpret_cast<const float4*>(dq_accum + dq_buffer_row(head, token, total_q, kHeadDim) + d);
+    const float4* in = reinterpret_cast<const float4*>(
+        dq_accum + dq_buffer_row(head, token, total_q, kHeadDim) + d);
     const float4 lo = __ldcs(in);
     const float4 hi = __ldcs(in + 1);
     __nv_bfloat162 out[kConvertValuesPerStep / 2] = {

@@ -51,7 +51,11 @@ __global__ void row_factors_kernel(const __grid_constant__ BackwardParams p, flo
     field(kProbabilityScaleField) = v.probability_scale;
     field(kDoScaleField) = v.d_o_scale;
     field(kDeltaField) = p.delta[r];
-    field(kVisibilityField) = __int_as_float(query_visibility_index(span, token, p.causal != 0));
+    const int visibility =
+        p.pack_documents != 0 && document_packs(p.cu_seqlens_q, p.cu_seqlens_k, doc)
+            ? packed_query_index(doc, token - span.q_start, p.causal != 0)
+            : query_visibility_index(span, token, p.causal != 0);
+    field(kVisibilityField) = __int_as_float(visibility);
     field(kValueBlockExpField) = __int_as_float(int(p.d_o_scaled_exp[r]));
   }
 }

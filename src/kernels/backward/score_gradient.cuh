@@ -53,7 +53,8 @@ __device__ __forceinline__ void rebuild_probabilities(float (&s)[kScoreRegisters
       const float t = score_exponent(s[i], key.score[r].key_scale, column_row_factor,
                                      key.score[r].value_exponent);
       const float probability = unnormalized_probability(t, column_offset);
-      const bool visible = !kMasked || key.visibility[r] <= qf.visibility[col + odd];
+      const bool visible =
+          !kMasked || visible_pair(key.visibility[r], qf.visibility[col + odd], key.window);
       s[i] = visible ? probability : 0.0f;
     }
   }
@@ -122,7 +123,8 @@ __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegis
           grad = __fmul_rn(scaled_prob,
                            __fmaf_rn(dp_raw, e ? d_o_scale.y : d_o_scale.x, -shifted_delta));
         }
-        const bool visible = !kMasked || key.visibility[r] <= (e ? visibility.y : visibility.x);
+        const bool visible = !kMasked || visible_pair(key.visibility[r],
+                                                      e ? visibility.y : visibility.x, key.window);
         ds[i] = visible ? grad : 0.0f;
       }
     }

@@ -35,6 +35,7 @@ __device__ __forceinline__ int register_column(int lane, int i) {
 struct KeyRowFactors {
   KeyColumnFactors score[kRowsPerThread];  // {2^ek, ev, 2^-ev}
   int visibility[kRowsPerThread];
+  uint32_t window;  // of visible_pair: kOrdinaryWindow, or packed_window for a packed run
 };
 
 __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& p,
@@ -51,7 +52,21 @@ __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& 
     const int ev = valid ? p.v_exp[at] : 0;
     f.score[r] = key_column_factors(ek, ev);
   }
+  f.window = item.packed ? packed_window(p.causal != 0) : kOrdinaryWindow;
   return f;
+}
+
+// A packed run's key visibility indices (packed_key_from_query), once its first step's query
+// factors have landed: a run lies in one 64-token window from key0 = q0, so a key inside it is
+// query row tile_row (< kBlockM) of that step, whose packed query index the factors hold.
+template <typename Factors>
+__device__ __forceinline__ void set_packed_key_visibility(KeyRowFactors& f, const Factors& qf,
+                                                          const int (&tile_row)[kRowsPerThread],
+                                                          bool causal) {
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r)
+    if (f.visibility[r] != kKeyOutside)
+      f.visibility[r] = packed_key_from_query(qf.visibility[tile_row[r]], causal);
 }
 
 // BF16grad's per-query factors of one 64-query tile of one head, in shared memory (the FP8

@@ -8,8 +8,9 @@
 namespace flamia::backward {
 
 // The launch order (backward_schedule.h): block x = kv_head * key_tile_slots + rank, and
-// tile_order[rank] = doc * key_tiles_per_doc + tile for the pairs with keys, sorted by
-// descending work with the tiles of one document in increasing order, then kNoKeyTile. So the
+// tile_order[rank] = doc * key_tiles_per_doc + tile for the pairs with keys (or a packed run's
+// entry), sorted by descending work with the tiles of one document in increasing order, then
+// kNoKeyTile. So the
 // key tiles of one (document, KV head) have increasing block indices in increasing tile order:
 // the deterministic dQ ordering waits only on lower-indexed (earlier dispatched) CTAs.
 // The CTA's entry of the launch order: its index is in bounds whatever the inputs, so the kernel
@@ -17,8 +18,12 @@ namespace flamia::backward {
 __device__ __forceinline__ int key_tile_pair(const BackwardParams& p) {
   return p.tile_order[blockIdx.x % p.key_tile_slots];
 }
+// (Not for kNoKeyTile.)
 __device__ __forceinline__ KeyTileItem key_tile_item(const BackwardParams& p, int pair) {
   const int kv_head = blockIdx.x / p.key_tile_slots;
+  if (is_packed_run_entry(pair))
+    return make_packed_item(p.cu_seqlens_q, p.cu_seqlens_k, packed_run_first_doc(pair),
+                            packed_run_documents(pair), kv_head);
   return make_key_tile_item(p.cu_seqlens_q, p.cu_seqlens_k, pair / p.key_tiles_per_doc,
                             pair % p.key_tiles_per_doc, kv_head);
 }
