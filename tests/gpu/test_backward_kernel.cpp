@@ -226,35 +226,45 @@ std::vector<uint16_t> token_rows(const std::vector<uint16_t>& g, int heads, int 
                                g.begin() + size_t(r.hi) * heads * d);
 }
 
-class BackwardIsolationTest : public ::testing::TestWithParam<BackwardCase> {};
-
-TEST_P(BackwardIsolationTest, NeighbourNaNsStayOut) {
-  FLAMIA_REQUIRE_SM90();
-  const BackwardCase& c = GetParam();
+// Runs the case on clean operands and on operands with every byte of the documents `poisoned` set
+// to E4M3 NaN (deterministic dQ, so that it compares bitwise): the gradients of the documents
+// [clean_first, clean_end) must be bit for bit the clean run's, and finite, and the poison live
+// (document poisoned[0]'s own dQ not finite).
+void expect_poison_stays_out(const BackwardCase& c, const std::vector<int>& poisoned,
+                             int clean_first, int clean_end) {
   KernelCase k(c);
   const ref::Problem& p = k.problem;
-  const HostOperands poisoned = with_poisoned_document(p, with_poisoned_document(p, k.ops, 0), 2);
-  DeviceBackwardProblem dirty(p, k.inputs, poisoned, k.forward.softmax_stats);
+  HostOperands ops = k.ops;
+  for (int doc : poisoned) ops = with_poisoned_document(p, ops, doc);
+  DeviceBackwardProblem dirty(p, k.inputs, ops, k.forward.softmax_stats);
   const BackwardRun clean_run = k.device.run(c.precision, /*deterministic=*/true);
   const BackwardRun dirty_run = dirty.run(c.precision, /*deterministic=*/true);
   ASSERT_EQ(clean_run.sync, cudaSuccess) << cudaGetErrorString(clean_run.sync);
   ASSERT_EQ(dirty_run.sync, cudaSuccess) << cudaGetErrorString(dirty_run.sync);
 
   const int d = p.head_dim;
-  const TokenRangeOf q1{p.cu_seqlens_q[1], p.cu_seqlens_q[2]};
-  const TokenRangeOf k1{p.cu_seqlens_k[1], p.cu_seqlens_k[2]};
-  const TokenRangeOf q0{p.cu_seqlens_q[0], p.cu_seqlens_q[1]};
-  // The poison is live: document 0's own gradients are not finite.
-  EXPECT_GT(count_not_finite(bits_to_float(token_rows(dirty_run.dq, p.heads_q, d, q0))), 0u);
-  const std::vector<uint16_t> dq = token_rows(clean_run.dq, p.heads_q, d, q1);
+  const TokenRangeOf q{p.cu_seqlens_q[clean_first], p.cu_seqlens_q[clean_end]};
+  const TokenRangeOf k_rows{p.cu_seqlens_k[clean_first], p.cu_seqlens_k[clean_end]};
+  const TokenRangeOf witness{p.cu_seqlens_q[poisoned[0]], p.cu_seqlens_q[poisoned[0] + 1]};
+  const std::string clean =
+      "of documents " + std::to_string(clean_first) + " to " + std::to_string(clean_end - 1);
+  EXPECT_GT(count_not_finite(bits_to_float(token_rows(dirty_run.dq, p.heads_q, d, witness))), 0u);
+  const std::vector<uint16_t> dq = token_rows(clean_run.dq, p.heads_q, d, q);
   EXPECT_EQ(count_not_finite(bits_to_float(dq)), 0u);
-  EXPECT_TRUE(token_rows(dirty_run.dq, p.heads_q, d, q1) == dq) << "dQ of document 1";
-  EXPECT_TRUE(token_rows(dirty_run.dk, p.heads_kv, d, k1) ==
-              token_rows(clean_run.dk, p.heads_kv, d, k1))
-      << "dK of document 1";
-  EXPECT_TRUE(token_rows(dirty_run.dv, p.heads_kv, d, k1) ==
-              token_rows(clean_run.dv, p.heads_kv, d, k1))
-      << "dV of document 1";
+  EXPECT_TRUE(token_rows(dirty_run.dq, p.heads_q, d, q) == dq) << "dQ " << clean;
+  EXPECT_TRUE(token_rows(dirty_run.dk, p.heads_kv, d, k_rows) ==
+              token_rows(clean_run.dk, p.heads_kv, d, k_rows))
+      << "dK " << clean;
+  EXPECT_TRUE(token_rows(dirty_run.dv, p.heads_kv, d, k_rows) ==
+              token_rows(clean_run.dv, p.heads_kv, d, k_rows))
+      << "dV " << clean;
+}
+
+class BackwardIsolationTest : public ::testing::TestWithParam<BackwardCase> {};
+
+TEST_P(BackwardIsolationTest, NeighbourNaNsStayOut) {
+  FLAMIA_REQUIRE_SM90();
+  expect_poison_stays_out(GetParam(), {0, 2}, 1, 2);
 }
 
 std::vector<BackwardCase> isolation_cases() {
@@ -289,28 +299,7 @@ class BackwardPackedIsolationTest : public ::testing::TestWithParam<BackwardCase
 
 TEST_P(BackwardPackedIsolationTest, NeighbourNaNsStayOutOfTheRun) {
   FLAMIA_REQUIRE_SM90();
-  const BackwardCase& c = GetParam();
-  KernelCase k(c);
-  const ref::Problem& p = k.problem;
-  const HostOperands poisoned = with_poisoned_document(p, with_poisoned_document(p, k.ops, 0), 3);
-  DeviceBackwardProblem dirty(p, k.inputs, poisoned, k.forward.softmax_stats);
-  const BackwardRun clean_run = k.device.run(c.precision, /*deterministic=*/true);
-  const BackwardRun dirty_run = dirty.run(c.precision, /*deterministic=*/true);
-  ASSERT_EQ(clean_run.sync, cudaSuccess) << cudaGetErrorString(clean_run.sync);
-  ASSERT_EQ(dirty_run.sync, cudaSuccess) << cudaGetErrorString(dirty_run.sync);
-  const int d = p.head_dim;
-  const TokenRangeOf run{p.cu_seqlens_q[1], p.cu_seqlens_q[3]};
-  const TokenRangeOf q3{p.cu_seqlens_q[3], p.cu_seqlens_q[4]};
-  EXPECT_GT(count_not_finite(bits_to_float(token_rows(dirty_run.dq, p.heads_q, d, q3))), 0u);
-  const std::vector<uint16_t> dq = token_rows(clean_run.dq, p.heads_q, d, run);
-  EXPECT_EQ(count_not_finite(bits_to_float(dq)), 0u);
-  EXPECT_TRUE(token_rows(dirty_run.dq, p.heads_q, d, run) == dq) << "dQ of the run";
-  EXPECT_TRUE(token_rows(dirty_run.dk, p.heads_kv, d, run) ==
-              token_rows(clean_run.dk, p.heads_kv, d, run))
-      << "dK of the run";
-  EXPECT_TRUE(token_rows(dirty_run.dv, p.heads_kv, d, run) ==
-              token_rows(clean_run.dv, p.heads_kv, d, run))
-      << "dV of the run";
+  expect_poison_stays_out(GetParam(), {0, 3}, 1, 3);
 }
 
 std::vector<BackwardCase> packed_isolation_cases() {
