@@ -10,6 +10,7 @@
 
 #include "kernels/backward/backward_schedule.h"
 #include "kernels/backward/key_tiles.h"
+#include "kernels/backward/packed_runs.h"
 #include "ref_test_util.h"
 
 namespace flamia::backward {

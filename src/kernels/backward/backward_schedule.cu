@@ -2,6 +2,7 @@
 
 #include "common/views.h"
 #include "kernels/backward/key_tiles.h"
+#include "kernels/backward/packed_runs.h"
 #include "kernels/common/block_scan.cuh"
 
 namespace flamia::backward {

@@ -10,6 +10,7 @@
 #include "common/sorted_search.h"
 #include "common/views.h"
 #include "kernels/backward/key_tiles.h"
+#include "kernels/backward/packed_runs.h"
 #include "kernels/backward/tile_factors.cuh"
 
 namespace flamia::backward {

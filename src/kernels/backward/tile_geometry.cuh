@@ -4,6 +4,7 @@
 #include "kernels/backward/backward_params.h"
 #include "kernels/backward/backward_schedule.h"
 #include "kernels/backward/key_tiles.h"
+#include "kernels/backward/packed_runs.h"
 
 namespace flamia::backward {
 
