@@ -46,6 +46,12 @@ int key_tile_slots(const PackedShape& s) {
   return backward::key_tiles_bound(s.batch, s.total_k, key_tiles_per_doc(s));
 }
 
+// Whether runs of short documents share CTAs (packed_runs.h): the FP8 paths only, whose
+// per-query factors come from the pre-pass (row_factors.cu, which writes the packed indices).
+bool packs_documents(const BackwardKernelArgs& a) {
+  return a.precision != BackwardPrecision::kFp8Bf16Grad;
+}
+
 backward::BackwardParams make_params(const BackwardKernelArgs& a, float* dq_accum,
                                      int32_t* semaphores, const int32_t* tile_order) {
   const PackedShape& s = a.shape;
@@ -65,8 +71,7 @@ backward::BackwardParams make_params(const BackwardKernelArgs& a, float* dq_accu
   p.tile_order = tile_order;
   p.causal = s.causal ? 1 : 0;
   p.deterministic = a.deterministic ? 1 : 0;
-  // Packed runs need the FP8 path's per-query factors (row_factors.cu) and per-row dV units.
-  p.pack_documents = a.precision == BackwardPrecision::kFp8Bf16Grad ? 0 : 1;
+  p.pack_documents = packs_documents(a) ? 1 : 0;
   p.softmax_scale = a.softmax_scale;
   p.scale_log2 = a.softmax_scale * kLog2e;  // the forward's expression: the same FP32 value
   p.q = a.fwd.q.values;
@@ -199,8 +204,8 @@ cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream)
     error = cudaMemsetAsync(semaphores, 0, dq_semaphore_bytes(s), stream);
   if (error == cudaSuccess && key_tile_slots(s) > 0)
     error = backward::launch_backward_schedule(s, key_tiles_per_doc(s), key_tile_slots(s),
-                                               args.precision != BackwardPrecision::kFp8Bf16Grad,
-                                               args.device_status, tile_order, stream);
+                                               packs_documents(args), args.device_status,
+                                               tile_order, stream);
   if (error != cudaSuccess) return error;
 
   backward::BackwardParams p = make_params(args, dq_accum, semaphores, tile_order);
