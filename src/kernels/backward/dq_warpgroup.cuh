@@ -77,11 +77,13 @@ struct DqRowFactors {
   float q_inv_scale[kRowsPerThread];    // 2^-eq_i
   float dq_scale[kRowsPerThread];       // softmax_scale * 2^gq_i
   float operand_scale[kRowsPerThread];  // 2^-(gq_i + eq_i): y -> Ĝ
-  // The warp's 16 rows inside the document, consecutive: (first tile row) << 8 | count.
+  // The warp's 16 rows inside the document, consecutive: (first tile row) << kStagedCountBits |
+  // count (0: none).
   int staged_rows;
 };
 
 constexpr int kStagedRowsPerWarp = 16;
+constexpr int kStagedCountBits = 8;  // DqRowFactors::staged_rows: a count of at most 16
 
 __device__ __forceinline__ DqRowFactors fetch_dq_rows(const BackwardParams& p,
                                                       const KeyTileItem& item, int head, int q0,
@@ -97,7 +99,7 @@ __device__ __forceinline__ DqRowFactors fetch_dq_rows(const BackwardParams& p,
   const int warp_row = row0 & -kStagedRowsPerWarp;
   const int first = max(q0 + warp_row, item.span.q_start) - q0;
   const int end = min(q0 + warp_row + kStagedRowsPerWarp, item.span.q_end) - q0;
-  f.staged_rows = end > first ? first << 8 | (end - first) : 0;
+  f.staged_rows = end > first ? first << kStagedCountBits | (end - first) : 0;
   return f;
 }
 
@@ -268,8 +270,8 @@ __device__ __forceinline__ void add_staged_rows(const BackwardParams& p,
   __syncwarp();
   if (!issues_rows(lane)) return;
   if (f.staged_rows != 0) {
-    const int first = f.staged_rows >> 8;
-    const uint32_t rows = f.staged_rows & 0xFF;
+    const int first = f.staged_rows >> kStagedCountBits;
+    const uint32_t rows = f.staged_rows & ((1u << kStagedCountBits) - 1);
     constexpr int kRowBytes = DqStagingTile<kHeadDim>::kRowFloats * sizeof(float);
     hopper::bulk_reduce_add_f32(p.dq_accum + dq_buffer_row(head, q0 + first, p.total_q, kHeadDim),
                                 staging.row[first], rows * kRowBytes);
