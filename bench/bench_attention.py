@@ -106,6 +106,24 @@ def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, per_call=False, **option
     return time_pair(run, per_call)
 
 
+def training_forward_ms(q, k, v, cu, max_len, scale_mode):
+    """The forward alone with a gradient wanted (what a training step's forward costs)."""
+    import flamia
+
+    qq, kk, vv = with_grad((q, k, v), True)
+    return median_ms(lambda: flamia.attn_varlen_func(qq, kk, vv, cu, cu, max_len, max_len,
+                                                     causal=True, scale_mode=scale_mode))
+
+
+def requantizing_fwdbwd_ms(q, k, v, d_o, cu, max_len, scale_mode):
+    """fwd+bwd with FLAMIA_KEEP_OPERANDS=0: the backward quantizes q, k, v again."""
+    os.environ["FLAMIA_KEEP_OPERANDS"] = "0"
+    try:
+        return bench_flamia(q, k, v, d_o, cu, max_len, scale_mode)[1]
+    finally:
+        del os.environ["FLAMIA_KEEP_OPERANDS"]
+
+
 FUSED_QUANTIZE_MAX_SEQLEN = 128  # documents this short also run the fused quantization
 
 
@@ -287,6 +305,11 @@ def main():
                "head_dim": w["head_dim"], "fwd_flops": flops}
         f_fwd, f_fb = bench_flamia(q, k, v, d_o, cu, max_len, opts.scale_mode)
         rec["flamia_fwd_ms"], rec["flamia_fwdbwd_ms"] = f_fwd, f_fb
+        # the training forward (a gradient wanted: it keeps its quantized Q, K, V for the
+        # backward), and fwd+bwd with the backward quantizing q, k, v again (the path before)
+        rec["flamia_fwd_train_ms"] = training_forward_ms(q, k, v, cu, max_len, opts.scale_mode)
+        rec["flamia_fwdbwd_requantize_ms"] = requantizing_fwdbwd_ms(q, k, v, d_o, cu, max_len,
+                                                                    opts.scale_mode)
         if max_len <= FUSED_QUANTIZE_MAX_SEQLEN and w["head_dim"] == 128:
             # short documents: the forward with its quantization fused into the kernel too
             rec["flamia_fwd_fused_quantize_ms"] = fused_quantize_fwd_ms(

@@ -90,6 +90,11 @@ typedef struct flamia_forward_args {
   size_t workspace_bytes;
   void* stream;                     /* cudaStream_t; NULL = default stream */
   flamia_forward_quantize quantize; /* AUTO (0) unless measuring one path */
+  /* Optional (NULL: not kept): a buffer of flamia_saved_operands_size bytes, 256-byte aligned,
+   * where the forward keeps its quantized Q, K, V in every layout the FP8 backward reads. A
+   * backward given it reads no q, k, v and skips their quantization. Not with FUSED. */
+  void* saved_operands;
+  size_t saved_operands_bytes;
 } flamia_forward_args;
 
 typedef struct flamia_backward_args {
@@ -103,11 +108,19 @@ typedef struct flamia_backward_args {
   void* workspace;
   size_t workspace_bytes;
   void* stream;
+  /* Optional: the saved_operands a flamia_forward of this problem filled (precision FP8 only).
+   * When given, q, k and v are not read (their data may be NULL). A buffer the forward of
+   * another problem filled (shape, scale mode or key smoothing) is found on the device: the
+   * outputs are then NaN and flamia_check_device_status reports it. */
+  const void* saved_operands;
+  size_t saved_operands_bytes;
 } flamia_backward_args;
 
 /* Workspace sizes (bytes) for a problem; the workspace must be 256-byte aligned. */
 flamia_status flamia_forward_workspace_size(const flamia_forward_args* args, size_t* bytes);
 flamia_status flamia_backward_workspace_size(const flamia_backward_args* args, size_t* bytes);
+/* Bytes of the optional saved_operands buffer for a problem (it depends on its sizes only). */
+flamia_status flamia_saved_operands_size(const flamia_problem* problem, size_t* bytes);
 
 /* Asynchronous on args->stream. Argument errors are returned at once. Invalid cu_seqlens
  * contents that only the device can see are recorded in the workspace: outputs are then filled

@@ -107,6 +107,8 @@ class ForwardArgs(ctypes.Structure):
         ("workspace_bytes", ctypes.c_size_t),
         ("stream", ctypes.c_void_p),
         ("quantize", _c_enum),
+        ("saved_operands", ctypes.c_void_p),
+        ("saved_operands_bytes", ctypes.c_size_t),
     ]
 
 
@@ -128,6 +130,8 @@ class BackwardArgs(ctypes.Structure):
         ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_size_t),
         ("stream", ctypes.c_void_p),
+        ("saved_operands", ctypes.c_void_p),
+        ("saved_operands_bytes", ctypes.c_size_t),
     ]
 
 
@@ -165,6 +169,7 @@ def _declare(lib: ctypes.CDLL) -> None:
     signatures = {
         "flamia_forward_workspace_size": ([fwd_p, size_p], _c_enum),
         "flamia_backward_workspace_size": ([bwd_p, size_p], _c_enum),
+        "flamia_saved_operands_size": ([ctypes.POINTER(Problem), size_p], _c_enum),
         "flamia_forward": ([fwd_p], _c_enum),
         "flamia_backward": ([bwd_p], _c_enum),
         "flamia_check_device_status": ([ctypes.c_void_p, ctypes.c_void_p], _c_enum),

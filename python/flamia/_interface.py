@@ -65,10 +65,18 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     smoothing_vector = spec.key_smoothing_vector
     if smoothing_vector is not None:
         smoothing_vector = _rotation.rotate_key_vector(smoothing_vector, rotation)
-    out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                       max_seqlen_k, spec.softmax_scale, spec.causal,
-                                       spec.scale_mode, spec.key_smoothing, smoothing_vector,
-                                       spec.precision, spec.deterministic)
+    if _ops.forward_keeps_operands(spec.precision, q, k, v):
+        # Training: the forward keeps its quantized Q, K, V and the backward reads them (no
+        # q, k, v saved, no second quantization of them).
+        out, lse, _, _ = torch.ops.flamia.fwd_saving(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, spec.softmax_scale,
+            spec.causal, spec.scale_mode, spec.key_smoothing, smoothing_vector,
+            spec.deterministic)
+    else:
+        out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                           max_seqlen_k, spec.softmax_scale, spec.causal,
+                                           spec.scale_mode, spec.key_smoothing,
+                                           smoothing_vector, spec.precision, spec.deterministic)
     return (out, lse) if return_lse else out
 
 

@@ -1,7 +1,9 @@
-"""torch.library custom ops over the C API: flamia::fwd and flamia::bwd.
+"""torch.library custom ops over the C API: flamia::fwd and flamia::bwd, and the training pair
+flamia::fwd_saving and flamia::bwd_saved (the forward keeps its quantized Q, K, V in a buffer
+it returns, and the backward reads them instead of q, k, v: flamia.h, saved_operands).
 
 Each op has a fake (meta) implementation giving its output shapes, so torch.compile traces it
-without a graph break, and the forward registers its autograd formula through the backward op.
+without a graph break, and each forward registers its autograd formula through its backward op.
 The real implementations allocate outputs and the workspace with torch.empty (the caching
 allocator, so CUDA graph capture works), pass torch's current stream, and never synchronise.
 """
@@ -26,6 +28,10 @@ CHECK_ENV = "FLAMIA_CHECK_DEVICE"  # 1: synchronise after each call and report d
 # auto (default), separate or fused: where the forward quantizes Q, K and V (the outputs are the
 # same bit for bit; benchmarks set it to measure both paths)
 QUANTIZE_ENV = "FLAMIA_FORWARD_QUANTIZE"
+# 0: the training forward does not keep its quantized Q, K, V (the backward keeps q, k, v and
+# quantizes them again: less memory when q, k, v stay alive anyway, e.g. views of a projection
+# another op saves; same bits either way)
+KEEP_OPERANDS_ENV = "FLAMIA_KEEP_OPERANDS"
 _STATS_PER_ROW = 2  # softmax_stats holds {M, l} per (head, query)
 _BF16 = torch.bfloat16
 
@@ -90,23 +96,31 @@ def _forward_quantize() -> int:
 
 
 def make_forward_args(q, k, v, out, lse, stats, problem: _capi.Problem,
-                      stream: ctypes.c_void_p) -> _capi.ForwardArgs:
+                      stream: ctypes.c_void_p,
+                      saved: Optional[Tensor] = None) -> _capi.ForwardArgs:
     f32p = ctypes.POINTER(ctypes.c_float)
+    saved_ptr, saved_bytes = _saved_pointer(saved)
     return _capi.ForwardArgs(problem=problem, q=_tensor(q), k=_tensor(k), v=_tensor(v),
                              o=_tensor(out), lse=_ptr(lse, f32p),
                              softmax_stats=_ptr(stats, f32p), workspace=None,
-                             workspace_bytes=0, stream=stream, quantize=_forward_quantize())
+                             workspace_bytes=0, stream=stream, quantize=_forward_quantize(),
+                             saved_operands=saved_ptr, saved_operands_bytes=saved_bytes)
 
 
 def make_backward_args(dout, q, k, v, out, lse, stats, dq, dk, dv, problem: _capi.Problem,
-                       precision: str, deterministic: bool,
-                       stream: ctypes.c_void_p) -> _capi.BackwardArgs:
+                       precision: str, deterministic: bool, stream: ctypes.c_void_p,
+                       saved: Optional[Tensor] = None) -> _capi.BackwardArgs:
+    """q, k and v may be None when `saved` (the forward's saved operands) is given."""
     f32p = ctypes.POINTER(ctypes.c_float)
+    saved_ptr, saved_bytes = _saved_pointer(saved)
+    unread = _capi.Tensor(None, 0, 0)
     return _capi.BackwardArgs(
-        problem=problem, q=_tensor(q), k=_tensor(k), v=_tensor(v), o=_tensor(out),
-        d_o=_tensor(dout), lse=_ptr(lse, f32p), softmax_stats=_ptr(stats, f32p), dq=_tensor(dq),
-        dk=_tensor(dk), dv=_tensor(dv), precision=_capi.PRECISIONS[precision],
-        deterministic=int(deterministic), workspace=None, workspace_bytes=0, stream=stream)
+        problem=problem, q=unread if q is None else _tensor(q),
+        k=unread if k is None else _tensor(k), v=unread if v is None else _tensor(v),
+        o=_tensor(out), d_o=_tensor(dout), lse=_ptr(lse, f32p), softmax_stats=_ptr(stats, f32p),
+        dq=_tensor(dq), dk=_tensor(dk), dv=_tensor(dv), precision=_capi.PRECISIONS[precision],
+        deterministic=int(deterministic), workspace=None, workspace_bytes=0, stream=stream,
+        saved_operands=saved_ptr, saved_operands_bytes=saved_bytes)
 
 
 def _workspace(nbytes: int, device: torch.device) -> tuple[Tensor, int]:
@@ -115,6 +129,47 @@ def _workspace(nbytes: int, device: torch.device) -> tuple[Tensor, int]:
     buf = torch.empty(max(nbytes, 1) + align, dtype=torch.uint8, device=device)
     offset = (-buf.data_ptr()) % align
     return buf, buf.data_ptr() + offset
+
+
+# ---- saved operands ------------------------------------------------------------------------------
+
+_PERMUTATION_GROUP = 16  # token-major copies pad their tokens to a multiple of this
+
+
+def _aligned(nbytes):
+    align = _capi.WORKSPACE_ALIGNMENT
+    return (nbytes + align - 1) // align * align
+
+
+def saved_operands_bytes(total_q, total_k, heads_q: int, heads_kv: int, head_dim: int):
+    """flamia_saved_operands_size, computed here so that fake tensors (and torch.compile's
+    symbolic sizes) know the buffer's size; the tests compare it with the library's. The
+    buffer (saved_operands.h): a 256-byte header, then Q̂, K̂, V̂ᵀ (values, exponents), Q̂ᵀ
+    (values), K̂cᵀ (values, exponents), V̂ (values), each 256-byte aligned."""
+    padded_q = (total_q + _PERMUTATION_GROUP - 1) // _PERMUTATION_GROUP * _PERMUTATION_GROUP
+    padded_k = (total_k + _PERMUTATION_GROUP - 1) // _PERMUTATION_GROUP * _PERMUTATION_GROUP
+    q_rows, k_rows = total_q * heads_q * head_dim, total_k * heads_kv * head_dim
+    q_columns, k_columns = padded_q * heads_q * head_dim, padded_k * heads_kv * head_dim
+    q_exponents, k_exponents = total_q * heads_q, total_k * heads_kv
+    parts = (q_rows, q_exponents, k_rows, k_exponents, k_columns, k_exponents,  # forward's
+             q_columns, k_columns, k_exponents, k_rows)  # Q̂ᵀ, K̂cᵀ, V̂
+    return _capi.WORKSPACE_ALIGNMENT + sum(_aligned(n) for n in parts)
+
+
+def _saved_buffer(q: Tensor, k: Tensor) -> Tensor:
+    """An uninitialised saved-operands buffer, with room to align its start."""
+    total_q, heads_q, head_dim = q.shape
+    total_k, heads_kv, _ = k.shape
+    nbytes = saved_operands_bytes(total_q, total_k, heads_q, heads_kv, head_dim)
+    return torch.empty(nbytes + _capi.WORKSPACE_ALIGNMENT, dtype=torch.uint8, device=q.device)
+
+
+def _saved_pointer(saved: Optional[Tensor]):
+    """(pointer, bytes) of the aligned buffer inside `saved`; (None, 0) for no buffer."""
+    if saved is None:
+        return None, 0
+    offset = (-saved.data_ptr()) % _capi.WORKSPACE_ALIGNMENT
+    return ctypes.c_void_p(saved.data_ptr() + offset), saved.numel() - _capi.WORKSPACE_ALIGNMENT
 
 
 _logged: set = set()
@@ -163,13 +218,9 @@ def _forward_outputs(q: Tensor):
     return out, lse, stats
 
 
-@torch.library.custom_op("flamia::fwd", mutates_args=(), device_types="cuda")
-def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
-        max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
-        scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
-        precision: str, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
-    """Returns (out, lse, softmax_stats). `precision` and `deterministic` are used only by the
-    backward; they are inputs here so that autograd can hand them on."""
+def _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                 softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
+                 backward_description: str, saved: Optional[Tensor] = None):
     out, lse, stats = _forward_outputs(q)
     if q.shape[0] == 0:
         return out, lse, stats
@@ -183,14 +234,14 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Ten
         problem = make_problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                softmax_scale, causal, scale_mode, key_smoothing,
                                key_smoothing_vector)
-        args = make_forward_args(q, k, v, out, lse, stats, problem, _stream(q.device))
+        args = make_forward_args(q, k, v, out, lse, stats, problem, _stream(q.device), saved)
         nbytes = workspace_bytes(args)
         workspace, workspace_ptr = _workspace(nbytes, q.device)
         args.workspace = workspace_ptr
         args.workspace_bytes = nbytes
         if _env_flag(LOG_ENV):
-            _log_path(describe_forward(args) + f"; backward: {precision}"
-                      + (", deterministic" if deterministic else ""))
+            _log_path(describe_forward(args) + f"; backward: {backward_description}"
+                      + ("; keeps its quantized operands" if saved is not None else ""))
         _capi.check("flamia_forward", lib.flamia_forward(ctypes.byref(args)))
         _check_device_status(lib, workspace_ptr, q.device)
     # `workspace` is returned to the caching allocator here: stream-ordered, so the kernels
@@ -199,13 +250,89 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Ten
     return out, lse, stats
 
 
+def _backward_description(precision: str, deterministic: bool) -> str:
+    return precision + (", deterministic" if deterministic else "")
+
+
+@torch.library.custom_op("flamia::fwd", mutates_args=(), device_types="cuda")
+def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+        max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
+        scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
+        precision: str, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """Returns (out, lse, softmax_stats). `precision` and `deterministic` are used only by the
+    backward; they are inputs here so that autograd can hand them on."""
+    return _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                        softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
+                        _backward_description(precision, deterministic))
+
+
 @fwd.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               causal, scale_mode, key_smoothing, key_smoothing_vector, precision, deterministic):
     return _forward_outputs(q)
 
 
+@torch.library.custom_op("flamia::fwd_saving", mutates_args=(), device_types="cuda")
+def fwd_saving(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+               max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
+               scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
+               deterministic: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """The training forward of precision "fp8": returns (out, lse, softmax_stats, saved), where
+    `saved` holds the quantized Q, K, V in every layout the backward reads (uint8; its size is
+    saved_operands_bytes plus room to align it). flamia::bwd_saved then reads no q, k, v."""
+    saved = _saved_buffer(q, k)
+    out, lse, stats = _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                   max_seqlen_k, softmax_scale, causal, scale_mode,
+                                   key_smoothing, key_smoothing_vector,
+                                   _backward_description("fp8", deterministic), saved)
+    return out, lse, stats, saved
+
+
+@fwd_saving.register_fake
+def _fwd_saving_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                     softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
+                     deterministic):
+    return _forward_outputs(q) + (_saved_buffer(q, k),)
+
+
 # ---- backward ------------------------------------------------------------------------------------
+
+
+def _gradients(q_shape, k_shape, device):
+    return (torch.empty(q_shape, dtype=_BF16, device=device),
+            torch.empty(k_shape, dtype=_BF16, device=device),
+            torch.empty(k_shape, dtype=_BF16, device=device))
+
+
+def _run_backward(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k,
+                  k_shape, max_seqlen_q, max_seqlen_k, softmax_scale, causal, scale_mode,
+                  key_smoothing, key_smoothing_vector, precision, deterministic,
+                  saved: Optional[Tensor] = None):
+    """q, k, v may be None when `saved` is given (k_shape then sizes dk and dv)."""
+    dq, dk, dv = _gradients(out.shape, k_shape, out.device)
+    if out.shape[0] == 0 or k_shape[0] == 0:
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    if dout.dim() != 3 or dout.stride(2) != 1:
+        dout = dout.contiguous()
+    lib = _capi.library()
+    with torch.cuda.device(out.device):
+        # Only the shapes of q and k enter the problem.
+        keys = k if k is not None else torch.empty(k_shape, dtype=_BF16, device="meta")
+        problem = make_problem(out, keys, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                               max_seqlen_k, softmax_scale, causal, scale_mode, key_smoothing,
+                               key_smoothing_vector)
+        args = make_backward_args(dout, q, k, v, out, lse, softmax_stats, dq, dk, dv, problem,
+                                  precision, deterministic, _stream(out.device), saved)
+        nbytes = ctypes.c_size_t(0)
+        _capi.check("flamia_backward_workspace_size",
+                    lib.flamia_backward_workspace_size(ctypes.byref(args), ctypes.byref(nbytes)))
+        workspace, workspace_ptr = _workspace(nbytes.value, out.device)
+        args.workspace = workspace_ptr
+        args.workspace_bytes = nbytes.value
+        _capi.check("flamia_backward", lib.flamia_backward(ctypes.byref(args)))
+        _check_device_status(lib, workspace_ptr, out.device)
+    del workspace
+    return dq, dk, dv
 
 
 @torch.library.custom_op("flamia::bwd", mutates_args=(), device_types="cuda")
@@ -215,39 +342,39 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         key_smoothing: str, key_smoothing_vector: Optional[Tensor], precision: str,
         deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv), contiguous, shaped like q, k and v."""
-    dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-    dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-    if q.shape[0] == 0 or k.shape[0] == 0:
-        return dq.zero_(), dk.zero_(), dv.zero_()
-    if dout.dim() != 3 or dout.stride(2) != 1:
-        dout = dout.contiguous()
-    lib = _capi.library()
-    with torch.cuda.device(q.device):
-        problem = make_problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
-                               softmax_scale, causal, scale_mode, key_smoothing,
-                               key_smoothing_vector)
-        args = make_backward_args(dout, q, k, v, out, lse, softmax_stats, dq, dk, dv, problem,
-                                  precision, deterministic, _stream(q.device))
-        nbytes = ctypes.c_size_t(0)
-        _capi.check("flamia_backward_workspace_size",
-                    lib.flamia_backward_workspace_size(ctypes.byref(args), ctypes.byref(nbytes)))
-        workspace, workspace_ptr = _workspace(nbytes.value, q.device)
-        args.workspace = workspace_ptr
-        args.workspace_bytes = nbytes.value
-        _capi.check("flamia_backward", lib.flamia_backward(ctypes.byref(args)))
-        _check_device_status(lib, workspace_ptr, q.device)
-    del workspace
-    return dq, dk, dv
+    return _run_backward(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k,
+                         k.shape, max_seqlen_q, max_seqlen_k, softmax_scale, causal, scale_mode,
+                         key_smoothing, key_smoothing_vector, precision, deterministic)
 
 
 @bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
               max_seqlen_k, softmax_scale, causal, scale_mode, key_smoothing,
               key_smoothing_vector, precision, deterministic):
-    return (torch.empty(q.shape, dtype=q.dtype, device=q.device),
-            torch.empty(k.shape, dtype=k.dtype, device=k.device),
-            torch.empty(v.shape, dtype=v.dtype, device=v.device))
+    return _gradients(q.shape, k.shape, q.device)
+
+
+@torch.library.custom_op("flamia::bwd_saved", mutates_args=(), device_types="cuda")
+def bwd_saved(dout: Tensor, saved: Tensor, out: Tensor, lse: Tensor, softmax_stats: Tensor,
+              cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, total_k: int, heads_kv: int,
+              max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
+              scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
+              deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+    """The backward of flamia::fwd_saving (precision "fp8"): (dq, dk, dv), dk and dv shaped
+    (total_k, heads_kv, head_dim). The library checks on the device that `saved` was written
+    for this problem."""
+    k_shape = (total_k, heads_kv, out.shape[2])
+    return _run_backward(dout, None, None, None, out, lse, softmax_stats, cu_seqlens_q,
+                         cu_seqlens_k, k_shape, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+                         scale_mode, key_smoothing, key_smoothing_vector, "fp8", deterministic,
+                         saved)
+
+
+@bwd_saved.register_fake
+def _bwd_saved_fake(dout, saved, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k, total_k,
+                    heads_kv, max_seqlen_q, max_seqlen_k, softmax_scale, causal, scale_mode,
+                    key_smoothing, key_smoothing_vector, deterministic):
+    return _gradients(out.shape, (total_k, heads_kv, out.shape[2]), out.device)
 
 
 # ---- autograd ------------------------------------------------------------------------------------
@@ -279,3 +406,43 @@ def _backward(ctx, dout, _dlse, _dstats):
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+def _setup_saving_context(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
+     scale_mode, key_smoothing, key_smoothing_vector, deterministic) = inputs
+    out, lse, stats, saved = output
+    # No q, k or v: the backward reads the quantized copies in `saved` (the same bytes as the
+    # BF16 inputs' when the key smoothing vector is a constant, as documented).
+    ctx.save_for_backward(saved, out, lse, stats, cu_seqlens_q, cu_seqlens_k,
+                          key_smoothing_vector)
+    ctx.config = dict(total_k=k.shape[0], heads_kv=k.shape[1], max_seqlen_q=max_seqlen_q,
+                      max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
+                      scale_mode=scale_mode, key_smoothing=key_smoothing,
+                      deterministic=deterministic)
+    ctx.mark_non_differentiable(lse, stats, saved)
+
+
+def _backward_saved(ctx, dout, _dlse, _dstats, _dsaved):
+    saved, out, lse, stats, cu_seqlens_q, cu_seqlens_k, vector = ctx.saved_tensors
+    if dout is None:
+        dout = torch.zeros_like(out)
+    c = ctx.config
+    dq, dk, dv = torch.ops.flamia.bwd_saved(
+        dout, saved, out, lse, stats, cu_seqlens_q, cu_seqlens_k, c["total_k"], c["heads_kv"],
+        c["max_seqlen_q"], c["max_seqlen_k"], c["softmax_scale"], c["causal"], c["scale_mode"],
+        c["key_smoothing"], vector, c["deterministic"])
+    return (dq, dk, dv) + (None,) * 10
+
+
+fwd_saving.register_autograd(_backward_saved, setup_context=_setup_saving_context)
+
+
+def forward_keeps_operands(precision: str, *tensors: Tensor) -> bool:
+    """Whether the training pair (fwd_saving / bwd_saved) runs: precision "fp8", a gradient
+    wanted, FLAMIA_KEEP_OPERANDS not 0, and the separate quantize pass (the fused one writes no
+    copies to keep)."""
+    return (precision == "fp8" and torch.is_grad_enabled()
+            and any(t.requires_grad for t in tensors)
+            and os.environ.get(KEEP_OPERANDS_ENV, "1") != "0"
+            and _forward_quantize() != _capi.ForwardQuantize.FUSED)

@@ -9,9 +9,26 @@ namespace {
 // One block is plenty: the check reads 2 * (batch + 1) int32 values.
 constexpr int kCheckThreads = 256;
 
+// The first header word that differs from the expected one, as a record (code 0: none).
+__device__ DeviceStatusRecord compare_saved_header(const SavedOperandsHeader& saved,
+                                                   const SavedOperandsHeader& expected) {
+  DeviceStatusRecord record;
+  const auto* saved_words = reinterpret_cast<const int32_t*>(&saved);
+  const auto* expected_words = reinterpret_cast<const int32_t*>(&expected);
+  for (int i = 0; i < kSavedOperandsHeaderFields; ++i) {
+    if (saved_words[i] == expected_words[i]) continue;
+    record.code = kDeviceStatusSavedOperandsMismatch;
+    record.index = i;
+    record.entry = saved_words[i];
+    record.next_entry = expected_words[i];
+    break;
+  }
+  return record;
+}
+
 __global__ void check_seqlens_kernel(const int32_t* __restrict__ cu_q,
                                      const int32_t* __restrict__ cu_k, SeqlensLimits limits,
-                                     DeviceStatusRecord* record) {
+                                     SavedOperandsCheck saved, DeviceStatusRecord* record) {
   __shared__ ViolationKey block_first;
   if (threadIdx.x == 0) block_first = kNoViolation;
   __syncthreads();
@@ -27,7 +44,17 @@ __global__ void check_seqlens_kernel(const int32_t* __restrict__ cu_q,
   if (first != kNoViolation) atomicMin(&block_first, first);
   __syncthreads();
 
-  if (threadIdx.x == 0) *record = describe_violation(block_first, cu_q, cu_k, limits);
+  if (threadIdx.x == 0) {
+    DeviceStatusRecord result = describe_violation(block_first, cu_q, cu_k, limits);
+    if (saved.write != nullptr) {
+      SavedOperandsHeader header = saved.expected;
+      if (result.code != kDeviceStatusOk) header.magic = 0;
+      *saved.write = header;
+    }
+    if (saved.expect != nullptr && result.code == kDeviceStatusOk)
+      result = compare_saved_header(*saved.expect, saved.expected);
+    *record = result;
+  }
 }
 
 constexpr int kFillThreads = 256;
@@ -71,9 +98,10 @@ int64_t ceil_div(int64_t a, int64_t b) {
 }  // namespace
 
 cudaError_t launch_check_seqlens(const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k,
-                                 const SeqlensLimits& limits, DeviceStatusRecord* record,
-                                 cudaStream_t stream) {
-  check_seqlens_kernel<<<1, kCheckThreads, 0, stream>>>(cu_seqlens_q, cu_seqlens_k, limits, record);
+                                 const SeqlensLimits& limits, const SavedOperandsCheck& saved,
+                                 DeviceStatusRecord* record, cudaStream_t stream) {
+  check_seqlens_kernel<<<1, kCheckThreads, 0, stream>>>(cu_seqlens_q, cu_seqlens_k, limits, saved,
+                                                        record);
   return cudaGetLastError();
 }
 

@@ -9,15 +9,27 @@
 #include <cstdint>
 
 #include "api/device_status.h"
+#include "api/saved_operands.h"
 #include "api/seqlens_rules.h"
 
 namespace flamia::api {
 
-// Checks both arrays (seqlens_rules.h) and rewrites the whole record: code 0 when valid, else
-// the first violation. One small block; launch errors are returned.
+// The saved-operands header's part of the check (saved_operands.h): the forward writes
+// `expected` to `write` (magic 0 when cu_seqlens are invalid); the backward compares `expect`
+// with it. Both null: no saved operands.
+struct SavedOperandsCheck {
+  SavedOperandsHeader* write = nullptr;
+  const SavedOperandsHeader* expect = nullptr;
+  SavedOperandsHeader expected;
+};
+
+// Checks both arrays (seqlens_rules.h), then the saved-operands header, and rewrites the whole
+// record: code 0 when valid, else the first violation (a header mismatch records the word's
+// index, the saved value and the expected one in index, entry, next_entry). One small block;
+// launch errors are returned.
 cudaError_t launch_check_seqlens(const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k,
-                                 const SeqlensLimits& limits, DeviceStatusRecord* record,
-                                 cudaStream_t stream);
+                                 const SeqlensLimits& limits, const SavedOperandsCheck& saved,
+                                 DeviceStatusRecord* record, cudaStream_t stream);
 
 // A BF16 (tokens, heads, head_dim) output.
 struct FillBf16 {

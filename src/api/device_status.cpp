@@ -7,6 +7,7 @@
 #include "api/device.h"
 #include "api/device_status.h"
 #include "api/errors.h"
+#include "api/saved_operands.h"
 #include "api/seqlens_report.h"
 #include "common/layout.h"
 #include "common/views.h"
@@ -65,5 +66,7 @@ extern "C" flamia_status flamia_check_device_status(void* workspace, void* strea
   if (status != FLAMIA_OK || record.code == flamia::kDeviceStatusOk) return status;
   status = clear_record(workspace, stream);
   if (status != FLAMIA_OK) return status;
+  if (record.code == flamia::kDeviceStatusSavedOperandsMismatch)
+    return fail_saved_operands(kWhere, record);
   return fail_seqlens(kWhere, record, "problem.cu_seqlens_q", "problem.cu_seqlens_k");
 }

@@ -12,6 +12,7 @@
 
 #include "api/device_checks.h"
 #include "api/errors.h"
+#include "api/saved_operands.h"
 #include "kernels/backward/backward.h"
 #include "kernels/forward/forward.h"
 #include "kernels/quantize/quantize.h"
@@ -103,6 +104,43 @@ QuantizeForwardArgs quantize_forward_args(const flamia_forward_args& a, const Wo
   return args;
 }
 
+// The forward keeping its operands: the backward's Q, K and V jobs, which write the forward's
+// copies (and the LSE shift) from the same read, plus Q̂ᵀ, K̂cᵀ and V̂ into the saved buffer.
+QuantizeBackwardArgs quantize_saved_operands_args(const flamia_forward_args& a,
+                                                  const WorkspaceLayout& ws) {
+  const QuantizeForwardArgs fwd = quantize_forward_args(a, ws);
+  QuantizeBackwardArgs args;
+  args.shape = fwd.shape;
+  args.scale_mode = fwd.scale_mode;
+  args.key_smoothing = fwd.key_smoothing;
+  args.key_smoothing_vector = fwd.key_smoothing_vector;
+  args.softmax_scale = fwd.softmax_scale;
+  args.q = fwd.q;
+  args.k = fwd.k;
+  args.v = fwd.v;
+  args.fwd_out = ws.fwd;
+  args.out.q_t = ws.bwd.q_t;
+  args.out.k_centered_t = ws.bwd.k_centered_t;
+  args.out.v = ws.bwd.v;  // no dO job: d_o, d_o_scaled_t and delta stay null
+  args.device_status = fwd.device_status;
+  return args;
+}
+
+// The workspace with the copies of Q, K and V pointed at the saved-operands buffer (the
+// workspace's own lse_shift is kept).
+WorkspaceLayout with_saved_operands(WorkspaceLayout ws, const flamia_problem& p,
+                                    const void* saved_operands) {
+  if (saved_operands == nullptr) return ws;
+  const SavedOperandsLayout saved = layout_saved_operands(packed_shape(p), saved_operands);
+  float* lse_shift = ws.fwd.lse_shift;
+  ws.fwd = saved.fwd;
+  ws.fwd.lse_shift = lse_shift;
+  ws.bwd.q_t = saved.q_t;
+  ws.bwd.k_centered_t = saved.k_centered_t;
+  ws.bwd.v = saved.v;
+  return ws;
+}
+
 }  // namespace
 
 // FUSED only: AUTO takes the separate pass, the faster one on every shape measured
@@ -126,6 +164,9 @@ flamia_status run_forward_kernels(const flamia_forward_args& a, const WorkspaceL
     kernel.fused.k = input_view(a.k);
     kernel.fused.v = input_view(a.v);
     kernel.fused.scale_mode = to_scale_mode(p.scale_mode);
+  } else if (a.saved_operands != nullptr) {
+    error = launch_quantize_backward(quantize_saved_operands_args(a, ws), stream);
+    if (error != cudaSuccess) return fail_cuda(where, "launch_quantize_backward (saved)", error);
   } else {
     error = launch_quantize_forward(quantize_forward_args(a, ws), stream);
     if (error != cudaSuccess) return fail_cuda(where, "launch_quantize_forward", error);
@@ -145,23 +186,31 @@ flamia_status run_forward_kernels(const flamia_forward_args& a, const WorkspaceL
 }
 
 // The backward with keys and queries: one quantize pass builds the forward's copies (as the
-// forward read them) and the backward's, then the backward kernels.
+// forward read them) and the backward's, then the backward kernels. With saved operands the
+// copies of Q, K and V are the forward's, and the pass runs only its dO job.
 flamia_status run_backward_kernels(const flamia_backward_args& a, const WorkspaceLayout& ws,
                                    cudaStream_t stream, const char* where) {
   const flamia_problem& p = a.problem;
+  const bool saved = a.saved_operands != nullptr;
   QuantizeBackwardArgs quantize;
   quantize.shape = packed_shape(p);
   quantize.scale_mode = to_scale_mode(p.scale_mode);
-  quantize.q = input_view(a.q);
-  quantize.k = input_view(a.k);
-  quantize.v = input_view(a.v);
   quantize.o = input_view(a.o);
   quantize.d_o = input_view(a.d_o);
   quantize.softmax_stats = a.softmax_stats;
   quantize.delta_from_bf16_d_o = a.precision == FLAMIA_PRECISION_FP8_BF16GRAD;
   quantize.out = ws.bwd;
   quantize.device_status = &ws.status->code;
-  quantize.fwd_out = ws.fwd;  // lse_shift is null: the backward does not need it
+  if (saved) {
+    quantize.out.q_t = {};
+    quantize.out.k_centered_t = {};
+    quantize.out.v = {};
+  } else {
+    quantize.q = input_view(a.q);
+    quantize.k = input_view(a.k);
+    quantize.v = input_view(a.v);
+    quantize.fwd_out = ws.fwd;  // lse_shift is null: the backward does not need it
+  }
   quantize.key_smoothing = to_key_smoothing(p.key_smoothing);
   quantize.key_smoothing_vector = p.key_smoothing_vector;
   quantize.softmax_scale = p.softmax_scale;
@@ -201,10 +250,19 @@ flamia_status run_backward_kernels(const flamia_backward_args& a, const Workspac
   return FLAMIA_OK;
 }
 
+// `write_saved` (forward) or `expect_saved` (backward): the saved-operands buffer whose header
+// the check writes or compares (device_checks.h).
 flamia_status check_seqlens_on_device(const flamia_problem& p, const WorkspaceLayout& ws,
+                                      const void* write_saved, const void* expect_saved,
                                       cudaStream_t stream, const char* where) {
-  const cudaError_t error =
-      launch_check_seqlens(p.cu_seqlens_q, p.cu_seqlens_k, seqlens_limits(p), ws.status, stream);
+  SavedOperandsCheck saved;
+  saved.expected = saved_operands_header(p);
+  if (write_saved != nullptr)
+    saved.write = layout_saved_operands(packed_shape(p), write_saved).header;
+  if (expect_saved != nullptr)
+    saved.expect = layout_saved_operands(packed_shape(p), expect_saved).header;
+  const cudaError_t error = launch_check_seqlens(p.cu_seqlens_q, p.cu_seqlens_k, seqlens_limits(p),
+                                                 saved, ws.status, stream);
   return error == cudaSuccess ? FLAMIA_OK : fail_cuda(where, "the cu_seqlens check kernel", error);
 }
 
@@ -254,6 +312,7 @@ WorkspaceRequest forward_workspace_request(const flamia_forward_args& args) {
   request.shape = packed_shape(args.problem);
   request.pass = Pass::kForward;
   request.key_smoothing = args.problem.key_smoothing != FLAMIA_SMOOTH_NONE;
+  request.saved_operands = args.saved_operands != nullptr;
   return request;
 }
 
@@ -264,17 +323,19 @@ WorkspaceRequest backward_workspace_request(const flamia_backward_args& args) {
   request.key_smoothing = false;  // K̂ is built from k - m, but no LSE shift is needed
   request.deterministic = args.deterministic != 0;
   request.centered_bf16_keys = args.precision == FLAMIA_PRECISION_FP8_BF16GRAD;
+  request.saved_operands = args.saved_operands != nullptr;
   return request;
 }
 
 flamia_status dispatch_forward(const flamia_forward_args& a, const char* where) {
   const flamia_problem& p = a.problem;
   const auto stream = static_cast<cudaStream_t>(a.stream);
-  const WorkspaceLayout ws = layout_workspace(forward_workspace_request(a), a.workspace);
+  const WorkspaceLayout ws = with_saved_operands(
+      layout_workspace(forward_workspace_request(a), a.workspace), p, a.saved_operands);
   constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
   constexpr float kMinusInf = -std::numeric_limits<float>::infinity();
 
-  flamia_status status = check_seqlens_on_device(p, ws, stream, where);
+  flamia_status status = check_seqlens_on_device(p, ws, a.saved_operands, nullptr, stream, where);
   if (status != FLAMIA_OK) return status;
   if (p.total_k == 0) {
     status = fill(forward_outputs(a, kBf16ZeroBits, kMinusInf, 0.0f), stream, where);
@@ -288,9 +349,12 @@ flamia_status dispatch_forward(const flamia_forward_args& a, const char* where) 
 flamia_status dispatch_backward(const flamia_backward_args& a, const char* where) {
   const flamia_problem& p = a.problem;
   const auto stream = static_cast<cudaStream_t>(a.stream);
-  const WorkspaceLayout ws = layout_workspace(backward_workspace_request(a), a.workspace);
+  const WorkspaceLayout ws = with_saved_operands(
+      layout_workspace(backward_workspace_request(a), a.workspace), p, a.saved_operands);
 
-  flamia_status status = check_seqlens_on_device(p, ws, stream, where);
+  // With an empty side nothing reads the saved operands (a forward without queries never ran).
+  const void* expect_saved = p.total_q > 0 && p.total_k > 0 ? a.saved_operands : nullptr;
+  flamia_status status = check_seqlens_on_device(p, ws, nullptr, expect_saved, stream, where);
   if (status != FLAMIA_OK) return status;
   if (p.total_q == 0 || p.total_k == 0) {
     // One side is empty: the other side's gradients are zero (the empty side has no elements).

@@ -3,6 +3,7 @@
 #include "api/device.h"
 #include "api/dispatch.h"
 #include "api/errors.h"
+#include "api/saved_operands.h"
 #include "api/validation.h"
 #include "api/workspace.h"
 #include "flamia/flamia.h"
@@ -11,9 +12,10 @@ namespace {
 
 using namespace flamia::api;
 
-flamia_status check_size_query(const void* args, size_t* bytes, const char* where) {
+flamia_status check_size_query(const void* args, size_t* bytes, const char* where,
+                               const char* name = "args") {
   if (bytes != nullptr) *bytes = 0;
-  if (args == nullptr) return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: args is NULL", where);
+  if (args == nullptr) return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: %s is NULL", where, name);
   if (bytes == nullptr) return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: bytes is NULL", where);
   return FLAMIA_OK;
 }
@@ -37,6 +39,15 @@ extern "C" flamia_status flamia_backward_workspace_size(const flamia_backward_ar
   if (status == FLAMIA_OK) status = validate_backward_problem(*args, kWhere);
   if (status != FLAMIA_OK) return status;
   *bytes = layout_workspace(backward_workspace_request(*args), nullptr).bytes;
+  return FLAMIA_OK;
+}
+
+extern "C" flamia_status flamia_saved_operands_size(const flamia_problem* problem, size_t* bytes) {
+  constexpr const char* kWhere = "flamia_saved_operands_size";
+  flamia_status status = check_size_query(problem, bytes, kWhere, "problem");
+  if (status == FLAMIA_OK) status = validate_saved_operands_problem(*problem, kWhere);
+  if (status != FLAMIA_OK) return status;
+  *bytes = layout_saved_operands(packed_shape(*problem), nullptr).bytes;
   return FLAMIA_OK;
 }
 

@@ -10,6 +10,7 @@
 #include "api/dispatch.h"
 #include "api/errors.h"
 #include "api/memory_checks.h"
+#include "api/saved_operands.h"
 #include "api/seqlens_report.h"
 #include "api/workspace.h"
 #include "kernels/backward/backward.h"
@@ -237,13 +238,60 @@ flamia_status check_forward_quantize(const flamia_forward_args& a, const char* w
   return FLAMIA_OK;
 }
 
+// The optional saved-operands buffer: 256-byte aligned, at least flamia_saved_operands_size.
+flamia_status check_saved_operands(const void* saved, size_t bytes, const flamia_problem& p,
+                                   const char* where) {
+  if (saved == nullptr) return FLAMIA_OK;
+  if (!is_aligned(saved, kWorkspaceAlignment)) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: saved_operands (%p) must be %zu-byte aligned",
+                where, saved, kWorkspaceAlignment);
+  }
+  const size_t required = layout_saved_operands(packed_shape(p), nullptr).bytes;
+  if (bytes < required) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+                "%s: saved_operands_bytes (%zu) is less than this problem needs (%zu, ask "
+                "flamia_saved_operands_size)",
+                where, bytes, required);
+  }
+  return FLAMIA_OK;
+}
+
+flamia_status check_forward_saved_operands(const flamia_forward_args& a, const char* where) {
+  if (a.saved_operands != nullptr && raw_enum(a.quantize) == FLAMIA_QUANTIZE_FUSED) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: saved_operands with quantize = FLAMIA_QUANTIZE_FUSED is not supported: the "
+                "fused quantization writes no copies to keep (use AUTO or SEPARATE)",
+                where);
+  }
+  return FLAMIA_OK;
+}
+
+flamia_status check_backward_saved_operands(const flamia_backward_args& a, const char* where) {
+  if (a.saved_operands != nullptr && raw_enum(a.precision) != FLAMIA_PRECISION_FP8) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: saved_operands with precision FLAMIA_PRECISION_FP8_BF16GRAD is not "
+                "supported: its products read the BF16 q, k and v (pass NULL)",
+                where);
+  }
+  return FLAMIA_OK;
+}
+
 }  // namespace
+
+flamia_status validate_saved_operands_problem(const flamia_problem& p, const char* where) {
+  flamia_status status = check_sizes(p, where);
+  if (status == FLAMIA_OK) {
+    status = check_head_dim_supported(p.head_dim, backward_supports_head_dim, "backward", where);
+  }
+  return status;
+}
 
 flamia_status validate_forward_problem(const flamia_forward_args& a, const char* where) {
   const flamia_problem& p = a.problem;
   flamia_status status = check_sizes(p, where);
   if (status == FLAMIA_OK) status = check_options(p, where);
   if (status == FLAMIA_OK) status = check_forward_quantize(a, where);
+  if (status == FLAMIA_OK) status = check_forward_saved_operands(a, where);
   if (status == FLAMIA_OK) {
     status = check_head_dim_supported(p.head_dim, forward_supports_head_dim, "forward", where);
   }
@@ -256,6 +304,7 @@ flamia_status validate_backward_problem(const flamia_backward_args& a, const cha
   flamia_status status = check_sizes(p, where);
   if (status == FLAMIA_OK) status = check_options(p, where);
   if (status == FLAMIA_OK) status = check_backward_options(a, where);
+  if (status == FLAMIA_OK) status = check_backward_saved_operands(a, where);
   if (status == FLAMIA_OK) {
     status = check_head_dim_supported(p.head_dim, backward_supports_head_dim, "backward", where);
   }
@@ -284,6 +333,9 @@ flamia_status validate_forward_args(const flamia_forward_args* args, const char*
                           "optional", where);
   }
   if (status == FLAMIA_OK) {
+    status = check_saved_operands(a.saved_operands, a.saved_operands_bytes, p, where);
+  }
+  if (status == FLAMIA_OK) {
     const size_t required = layout_workspace(forward_workspace_request(a), nullptr).bytes;
     status = check_workspace(a.workspace, a.workspace_bytes, required,
                              "flamia_forward_workspace_size", where);
@@ -298,11 +350,15 @@ flamia_status validate_backward_args(const flamia_backward_args* args, const cha
   const flamia_problem& p = a.problem;
   flamia_status status = validate_backward_problem(a, where);
   if (status == FLAMIA_OK) status = check_problem_pointers(p, where);
-  if (status == FLAMIA_OK) {
+  // With saved operands q, k and v are not read (flamia.h).
+  if (status == FLAMIA_OK && a.saved_operands == nullptr) {
     status = check_tensors({{&a.q, {"q", p.total_q, p.heads_q, false}},
                             {&a.k, {"k", p.total_k, p.heads_kv, false}},
-                            {&a.v, {"v", p.total_k, p.heads_kv, false}},
-                            {&a.o, {"o", p.total_q, p.heads_q, false}},
+                            {&a.v, {"v", p.total_k, p.heads_kv, false}}},
+                           p.head_dim, where);
+  }
+  if (status == FLAMIA_OK) {
+    status = check_tensors({{&a.o, {"o", p.total_q, p.heads_q, false}},
                             {&a.d_o, {"d_o", p.total_q, p.heads_q, false}},
                             {&a.dq, {"dq", p.total_q, p.heads_q, true}},
                             {&a.dk, {"dk", p.total_k, p.heads_kv, true}},
@@ -315,6 +371,9 @@ flamia_status validate_backward_args(const flamia_backward_args* args, const cha
                           "the backward needs the forward's {M, l}: pass softmax_stats to "
                           "flamia_forward",
                           where);
+  }
+  if (status == FLAMIA_OK) {
+    status = check_saved_operands(a.saved_operands, a.saved_operands_bytes, p, where);
   }
   if (status == FLAMIA_OK) {
     const size_t required = layout_workspace(backward_workspace_request(a), nullptr).bytes;

@@ -11,7 +11,9 @@
 //   4. the problem's pointers: cu_seqlens, host copies, key smoothing vector   [INVALID_ARGUMENT]
 //   5. tensors: data, 16-byte alignment, strides, self-overlapping outputs, LSE, softmax stats
 //                                                                              [INVALID_ARGUMENT]
-//   6. workspace: NULL, not 256-byte aligned, too small                       [WORKSPACE]
+//   6. saved_operands (when given): 256-byte aligned, large enough            [INVALID_ARGUMENT]
+//      (not with FUSED, nor with FP8_BF16GRAD: checked in step 3             [UNSUPPORTED])
+//      workspace: NULL, not 256-byte aligned, too small                       [WORKSPACE]
 //   7. host cu_seqlens contents, when given                                   [INVALID_SEQLENS]
 // The entry points then return early for empty problems and check the device (device.h).
 #pragma once
@@ -19,6 +21,9 @@
 #include "flamia/flamia.h"
 
 namespace flamia::api {
+
+// Steps 2-3 for flamia_saved_operands_size: the sizes and a supported head dim.
+flamia_status validate_saved_operands_problem(const flamia_problem& problem, const char* where);
 
 // Steps 2-3: all a workspace size query or a path description needs (no pointer is read).
 flamia_status validate_forward_problem(const flamia_forward_args& args, const char* where);

@@ -7,6 +7,7 @@
 //   forward:  forward scheduler workspace (forward_scheduler_workspace_bytes)
 //   backward: BackwardOperands: Q̂ᵀ, K̂cᵀ (+ exponents), V̂, dÔ (+ exponents),
 //             dO''ᵀ (+ exponents), delta; then the backward scratch (backward_scratch_bytes)
+// With saved operands (saved_operands.h) Q̂, K̂, V̂ᵀ, Q̂ᵀ, K̂cᵀ and V̂ are not in the workspace.
 //
 // Every buffer starts at a multiple of kWorkspaceAlignment (256) from the base. Q̂ᵀ shares Q̂'s
 // exponents and V̂ shares V̂ᵀ's (docs/numerics.md §3: same bytes, same exponents).
@@ -27,6 +28,7 @@ struct WorkspaceRequest {
   bool key_smoothing = false;       // lse_shift is needed (the forward with any key smoothing)
   bool deterministic = false;       // backward only: sizes the scratch
   bool centered_bf16_keys = false;  // backward, fp8-bf16grad: BF16 k - k_first for dQ
+  bool saved_operands = false;      // the copies of Q, K, V are in the saved-operands buffer
 };
 
 struct WorkspaceLayout {

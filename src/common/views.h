@@ -22,7 +22,8 @@ enum class KeySmoothing { kNone = 0, kFirstKey = 1, kVector = 2 };
 enum class BackwardPrecision { kFp8 = 0, kFp8Bf16Grad = 1 };
 
 // Device-side status word (first bytes of every workspace). Non-zero: cu_seqlens were found
-// invalid on the device; kernels then skip their work and outputs are poisoned with NaN.
+// invalid on the device (or saved operands do not match the problem); kernels then skip their work
+// and outputs are poisoned with NaN.
 enum DeviceStatus : int32_t {
   kDeviceStatusOk = 0,
   kDeviceStatusSeqlensNotStartingAtZero = 1,
@@ -30,6 +31,8 @@ enum DeviceStatus : int32_t {
   kDeviceStatusSeqlensTotalMismatch = 3,
   kDeviceStatusSeqlensAboveMax = 4,
   kDeviceStatusCausalLengthMismatch = 5,
+  // The backward's saved operands were written for another problem (api/saved_operands.h).
+  kDeviceStatusSavedOperandsMismatch = 6,
 };
 
 }  // namespace flamia

@@ -87,8 +87,14 @@ struct ApiSetup {
   }
 };
 
+// The bytes of a problem's saved-operands buffer (0 when the problem is invalid).
+inline size_t saved_operands_bytes(const flamia_problem& problem) {
+  size_t bytes = 0;
+  return flamia_saved_operands_size(&problem, &bytes) == FLAMIA_OK ? bytes : size_t(0);
+}
+
 // relayout() re-points every tensor for the problem's heads and head dim (after a test changes
-// them).
+// them). use_saved_operands() passes a saved-operands buffer (fake region 13) of the right size.
 struct ForwardSetup : ApiSetup<flamia_forward_args> {
   ForwardSetup() { relayout(); }
   void relayout() {
@@ -99,6 +105,11 @@ struct ForwardSetup : ApiSetup<flamia_forward_args> {
     size_t bytes = 0;
     args.workspace_bytes =
         flamia_forward_workspace_size(&args, &bytes) == FLAMIA_OK ? bytes : size_t(0);
+  }
+  void use_saved_operands() {
+    args.saved_operands = fake_device(13);
+    args.saved_operands_bytes = saved_operands_bytes(args.problem);
+    relayout();
   }
   flamia_tensor& tensor(const std::string& name) {
     if (name == "q") return args.q;
@@ -126,6 +137,11 @@ struct BackwardSetup : ApiSetup<flamia_backward_args> {
     size_t bytes = 0;
     args.workspace_bytes =
         flamia_backward_workspace_size(&args, &bytes) == FLAMIA_OK ? bytes : size_t(0);
+  }
+  void use_saved_operands() {
+    args.saved_operands = fake_device(13);
+    args.saved_operands_bytes = saved_operands_bytes(args.problem);
+    relayout();
   }
   flamia_tensor& tensor(const std::string& name) {
     if (name == "q") return args.q;

@@ -403,6 +403,34 @@ std::vector<ForwardCase> forward_cases() {
        },
        FLAMIA_ERROR_WORKSPACE,
        {"workspace is NULL"}},
+      {"SavedOperandsMisaligned",
+       [](ForwardSetup& s) {
+         s.use_saved_operands();
+         s.args.saved_operands = fake_device(13, 128);
+       },
+       FLAMIA_ERROR_INVALID_ARGUMENT,
+       {": saved_operands", "256-byte aligned"}},
+      {"SavedOperandsTooSmall",
+       [](ForwardSetup& s) {
+         s.use_saved_operands();
+         s.args.saved_operands_bytes -= 1;
+       },
+       FLAMIA_ERROR_INVALID_ARGUMENT,
+       {": saved_operands_bytes", "flamia_saved_operands_size"}},
+      {"SavedOperandsWithFusedQuantize",
+       [](ForwardSetup& s) {
+         s.use_saved_operands();
+         s.args.quantize = FLAMIA_QUANTIZE_FUSED;
+       },
+       FLAMIA_ERROR_UNSUPPORTED,
+       {": saved_operands with quantize = FLAMIA_QUANTIZE_FUSED"}},
+      {"SavedOperandsAreValid",
+       [](ForwardSetup& s) {
+         s.use_saved_operands();
+         s.args.workspace = nullptr;
+       },
+       FLAMIA_ERROR_WORKSPACE,
+       {"workspace is NULL"}},
       {"HeadDim256",  // unsupported unless the kernels say otherwise; then the workspace fails
        [](ForwardSetup& s) {
          s.args.problem.head_dim = 256;
@@ -474,6 +502,39 @@ std::vector<BackwardCase> backward_cases() {
        },
        FLAMIA_ERROR_WORKSPACE,
        {"too small"}},
+      {"SavedOperandsMisaligned",
+       [](BackwardSetup& s) {
+         s.use_saved_operands();
+         s.args.saved_operands = fake_device(13, 16);
+       },
+       FLAMIA_ERROR_INVALID_ARGUMENT,
+       {": saved_operands", "256-byte aligned"}},
+      {"SavedOperandsTooSmall",
+       [](BackwardSetup& s) {
+         s.use_saved_operands();
+         s.args.saved_operands_bytes = 256;
+       },
+       FLAMIA_ERROR_INVALID_ARGUMENT,
+       {": saved_operands_bytes (256)", "flamia_saved_operands_size"}},
+      {"SavedOperandsWithBf16Grad",
+       [](BackwardSetup& s) {
+         s.args.precision = FLAMIA_PRECISION_FP8_BF16GRAD;
+         s.use_saved_operands();
+       },
+       FLAMIA_ERROR_UNSUPPORTED,
+       {": saved_operands with precision FLAMIA_PRECISION_FP8_BF16GRAD"}},
+      {"SavedOperandsLeaveQkvUnread",  // q, k, v may be NULL then
+       [](BackwardSetup& s) {
+         s.use_saved_operands();
+         s.args.q.data = s.args.k.data = s.args.v.data = nullptr;
+         s.args.workspace = nullptr;
+       },
+       FLAMIA_ERROR_WORKSPACE,
+       {"workspace is NULL"}},
+      {"QkvAreReadWithoutSavedOperands",
+       [](BackwardSetup& s) { s.args.k.data = nullptr; },
+       FLAMIA_ERROR_INVALID_ARGUMENT,
+       {": k.data is NULL"}},
       {"HeadDim256",
        [](BackwardSetup& s) {
          s.args.problem.head_dim = 256;
@@ -568,6 +629,15 @@ TEST(ApiValidation, ValidArgumentsReachTheDeviceCheckWithoutGpu) {
   backward.use_host_seqlens();
   EXPECT_EQ(flamia_backward(&backward.args), FLAMIA_ERROR_NO_DEVICE) << flamia_last_error_message();
   EXPECT_TRUE(contains(flamia_last_error_message(), "flamia_backward: "));
+
+  ForwardSetup saving;
+  saving.use_saved_operands();
+  EXPECT_EQ(flamia_forward(&saving.args), FLAMIA_ERROR_NO_DEVICE) << flamia_last_error_message();
+  BackwardSetup from_saved;
+  from_saved.use_saved_operands();
+  from_saved.args.q.data = from_saved.args.k.data = from_saved.args.v.data = nullptr;
+  EXPECT_EQ(flamia_backward(&from_saved.args), FLAMIA_ERROR_NO_DEVICE)
+      << flamia_last_error_message();
 
   // Problems with one empty side still run (their outputs are defined), so need the device.
   BackwardSetup no_queries;

@@ -109,6 +109,52 @@ TEST(ApiWorkspace, KeySmoothingNeverShrinksIt) {
   EXPECT_EQ(forward_bytes(setup.args), smoothed);
 }
 
+// The saved-operands buffer holds the six copies of Q, K, V the FP8 backward reads, which then
+// leave both workspaces; it depends on the problem's sizes only.
+TEST(ApiWorkspace, SavedOperandsMoveTheCopiesOutOfTheWorkspaces) {
+  ForwardSetup forward;
+  BackwardSetup backward;
+  const flamia_problem& p = forward.args.problem;
+  const size_t elements =
+      size_t(p.total_q) * p.heads_q * p.head_dim + 2 * size_t(p.total_k) * p.heads_kv * p.head_dim;
+  const size_t saved = saved_operands_bytes(p);
+  expect_well_formed(saved);
+  EXPECT_GE(saved, 2 * elements);
+
+  const size_t forward_plain = forward_bytes(forward.args);
+  const size_t backward_plain = backward_bytes(backward.args);
+  forward.use_saved_operands();
+  backward.use_saved_operands();
+  EXPECT_GE(forward_plain - forward_bytes(forward.args), elements);
+  EXPECT_GE(backward_plain - backward_bytes(backward.args), 2 * elements);
+  // Every copy moves, none is duplicated: the two backward layouts hold the same buffers (the
+  // saved buffer adds only its 256-byte header).
+  EXPECT_EQ(backward_bytes(backward.args) + saved, backward_plain + kWorkspaceAlignment);
+
+  flamia_problem other = p;
+  other.scale_mode = FLAMIA_SCALE_BLOCK32;
+  other.key_smoothing = FLAMIA_SMOOTH_FIRST_KEY;
+  other.causal = 0;
+  EXPECT_EQ(saved_operands_bytes(other), saved);
+  other.total_k += 1;
+  EXPECT_GT(saved_operands_bytes(other), saved);
+}
+
+TEST(ApiWorkspace, SavedOperandsSizeRejectsBadQueries) {
+  size_t bytes = 7;
+  EXPECT_EQ(flamia_saved_operands_size(nullptr, &bytes), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(bytes, 0u);
+  EXPECT_TRUE(contains(flamia_last_error_message(), "flamia_saved_operands_size: problem is NULL"));
+  flamia_problem p = valid_problem();
+  EXPECT_EQ(flamia_saved_operands_size(&p, nullptr), FLAMIA_ERROR_INVALID_ARGUMENT);
+  p.heads_kv = 3;
+  EXPECT_EQ(flamia_saved_operands_size(&p, &bytes), FLAMIA_ERROR_INVALID_ARGUMENT);
+  EXPECT_TRUE(contains(flamia_last_error_message(), "multiple of problem.heads_kv"));
+  p = valid_problem();
+  p.head_dim = 96;
+  EXPECT_EQ(flamia_saved_operands_size(&p, &bytes), FLAMIA_ERROR_UNSUPPORTED);
+}
+
 // Sizing reads no pointer: a framework can size before allocating anything.
 TEST(ApiWorkspace, NeedsNoPointers) {
   flamia_forward_args forward{};

@@ -1,7 +1,9 @@
 // End to end through the public C API: flamia_forward, then flamia_backward (quantize pass +
 // backward kernel + dQ post-pass), against the CPU reference backward run on the GPU forward's
 // own O and {M, l} (what the backward is given in training), and against float64. Outputs are
-// written through padded strides and poisoned first.
+// written through padded strides and poisoned first. Also the saved operands (flamia.h): a
+// forward that keeps its quantized Q, K, V gives the same bits, and so does a backward that
+// reads them instead of q, k, v; a buffer of another problem is reported, never used.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -35,6 +37,12 @@ struct ApiRun {
   std::vector<uint16_t> dq, dk, dv;
 };
 
+// What a forward wrote: O, LSE and {M, l} as raw bits.
+struct ForwardBits {
+  std::vector<uint16_t> o;
+  std::vector<float> lse, stats;
+};
+
 // One problem on the device, run through flamia_forward and flamia_backward.
 class ApiProblem {
  public:
@@ -55,20 +63,48 @@ class ApiProblem {
     problem_ = ref::api_problem(p, cu_q_.get(), cu_k_.get());
   }
 
-  // The forward once (its O and stats feed every backward run).
-  void forward() {
+  // The forward once (its O and stats feed every backward run); with `save`, it keeps its
+  // quantized operands in saved() (poisoned first).
+  void forward(bool save = false) {
     flamia_forward_args a = shared_args<flamia_forward_args>();
+    if (save) {
+      size_t saved_bytes = 0;
+      ASSERT_EQ(flamia_saved_operands_size(&problem_, &saved_bytes), FLAMIA_OK)
+          << flamia_last_error_message();
+      saved_ = DeviceBuffer<uint8_t>(saved_bytes);
+      saved_.poison();
+      a.saved_operands = saved_.get();
+      a.saved_operands_bytes = saved_bytes;
+    }
     size_t bytes = 0;
     ASSERT_EQ(flamia_forward_workspace_size(&a, &bytes), FLAMIA_OK) << flamia_last_error_message();
     DeviceBuffer<uint8_t> workspace(bytes);
     a.workspace = workspace.get();
     a.workspace_bytes = bytes;
+    o_.poison();
+    lse_.poison();
+    stats_.poison();
     ASSERT_EQ(flamia_forward(&a), FLAMIA_OK) << flamia_last_error_message();
     ASSERT_EQ(flamia_check_device_status(a.workspace, nullptr), FLAMIA_OK);
   }
+  ForwardBits forward_bits() const { return {o_.download(), lse_.download(), stats_.download()}; }
 
-  void backward(flamia_precision precision, bool deterministic, ApiRun* run) {
+  // The saved operands of the last forward(true) (or none).
+  const DeviceBuffer<uint8_t>& saved() const { return saved_; }
+  // A backward of another problem reads the buffer: the problem is changed by `mutate`.
+  void mutate_problem(void (*mutate)(flamia_problem&)) { mutate(problem_); }
+
+  // With `saved_operands`, the backward reads them and gets no q, k, v (NULL data).
+  // `expected_status`: what flamia_check_device_status must report afterwards.
+  void backward(flamia_precision precision, bool deterministic, ApiRun* run,
+                const DeviceBuffer<uint8_t>* saved_operands = nullptr,
+                flamia_status expected_status = FLAMIA_OK) {
     flamia_backward_args a = shared_args<flamia_backward_args>();
+    if (saved_operands != nullptr) {
+      a.saved_operands = saved_operands->get();
+      a.saved_operands_bytes = saved_operands->size();
+      a.q.data = a.k.data = a.v.data = nullptr;
+    }
     a.d_o = dense(d_o_, p_.heads_q, p_.head_dim);
     a.dq = strided(dq_);
     a.dk = strided(dk_);
@@ -85,7 +121,8 @@ class ApiProblem {
     dk_.poison();
     dv_.poison();
     ASSERT_EQ(flamia_backward(&a), FLAMIA_OK) << flamia_last_error_message();
-    ASSERT_EQ(flamia_check_device_status(a.workspace, nullptr), FLAMIA_OK);
+    ASSERT_EQ(flamia_check_device_status(a.workspace, nullptr), expected_status)
+        << flamia_last_error_message();
     run->o = ref::HostTensor(p_.total_q(), p_.heads_q, p_.head_dim);
     run->o.bits = o_.download();
     run->stats = stats_.download();
@@ -117,6 +154,7 @@ class ApiProblem {
   DeviceBuffer<uint16_t> q_, k_, v_, d_o_, o_;
   DeviceBuffer<float> lse_, stats_;
   StridedOutput dq_, dk_, dv_;
+  DeviceBuffer<uint8_t> saved_;
 };
 
 flamia_precision api_precision(BackwardPrecision p) {
@@ -162,6 +200,46 @@ TEST_P(BackwardApiTest, DeterministicIsBitwiseRepeatable) {
   }
 }
 
+// The forward keeping its operands writes the same O, LSE and {M, l}; the backward reading them
+// (no q, k, v) gives the same gradients, bit for bit (deterministic dQ), and in the default
+// mode still matches the reference. fp8-bf16grad refuses them (CPU validation tests).
+TEST_P(BackwardApiTest, SavedOperandsGiveTheSameBits) {
+  FLAMIA_REQUIRE_SM90();
+  const BackwardCase& c = GetParam();
+  if (c.precision != BackwardPrecision::kFp8) GTEST_SKIP() << "saved operands are for fp8 only";
+  const ref::Problem problem = make_case_problem(c);
+  const ref::Inputs inputs = make_case_inputs(c, problem);
+  ApiProblem device(problem, inputs);
+  ASSERT_NO_FATAL_FAILURE(device.forward());
+  const ForwardBits plain = device.forward_bits();
+  ApiRun plain_run;
+  ASSERT_NO_FATAL_FAILURE(device.backward(FLAMIA_PRECISION_FP8, true, &plain_run));
+
+  ASSERT_NO_FATAL_FAILURE(device.forward(/*save=*/true));
+  const ForwardBits saving = device.forward_bits();
+  EXPECT_TRUE(saving.o == plain.o) << "O differs when the forward keeps its operands";
+  EXPECT_EQ(std::memcmp(saving.lse.data(), plain.lse.data(), plain.lse.size() * sizeof(float)), 0)
+      << "LSE differs";
+  EXPECT_EQ(
+      std::memcmp(saving.stats.data(), plain.stats.data(), plain.stats.size() * sizeof(float)), 0)
+      << "{M, l} differ";
+  ApiRun from_saved;
+  ASSERT_NO_FATAL_FAILURE(
+      device.backward(FLAMIA_PRECISION_FP8, true, &from_saved, &device.saved()));
+  ASSERT_EQ(count_not_finite(bits_to_float(from_saved.dq)), 0u);
+  expect_same_gradients(from_saved, plain_run, 1);
+
+  ApiRun fast;
+  ASSERT_NO_FATAL_FAILURE(device.backward(FLAMIA_PRECISION_FP8, false, &fast, &device.saved()));
+  const ref::BackwardResult expected =
+      ref::backward(problem, inputs, fast.o, fast.stats, c.precision);
+  const ref::Float64Result exact = ref::float64_attention(problem, inputs, true);
+  const std::string name = c.name + "_saved";
+  expect_matches(kLabel, name, "dQ", bits_to_float(fast.dq), expected.dq, exact.dq);
+  expect_matches(kLabel, name, "dK", bits_to_float(fast.dk), expected.dk, exact.dk);
+  expect_matches(kLabel, name, "dV", bits_to_float(fast.dv), expected.dv, exact.dv);
+}
+
 std::vector<BackwardCase> api_cases() {
   std::vector<BackwardCase> cases;
   // The kernel test (test_backward_kernel.cpp) covers the shape matrix; here the quantize pass
@@ -197,6 +275,52 @@ std::vector<BackwardCase> api_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BackwardApiTest, ::testing::ValuesIn(api_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// Saved operands of another problem, or never written: the backward reports it through the
+// device status and its outputs are NaN (they never read the wrong operands silently).
+bool all_nan(const std::vector<uint16_t>& bits) {
+  for (uint16_t b : bits)
+    if (!std::isnan(ref::bf16_to_float(b))) return false;
+  return !bits.empty();
+}
+
+void expect_saved_operands_rejected(void (*mutate)(flamia_problem&), bool write_first,
+                                    const char* message_part) {
+  const BackwardCase c{"saved_mismatch", {17, 113, 300}, {}, 4, 2, 128, true};
+  const ref::Problem problem = make_case_problem(c);
+  const ref::Inputs inputs = make_case_inputs(c, problem);
+  ApiProblem device(problem, inputs);
+  ASSERT_NO_FATAL_FAILURE(device.forward(/*save=*/true));
+  if (!write_first) {  // a buffer of the right size that no forward filled
+    ASSERT_EQ(cudaMemset(device.saved().get(), 0, device.saved().size()), cudaSuccess);
+  }
+  device.mutate_problem(mutate);
+  ApiRun run;
+  ASSERT_NO_FATAL_FAILURE(device.backward(FLAMIA_PRECISION_FP8, false, &run, &device.saved(),
+                                          FLAMIA_ERROR_INVALID_ARGUMENT));
+  EXPECT_NE(std::string(flamia_last_error_message()).find(message_part), std::string::npos)
+      << flamia_last_error_message();
+  EXPECT_TRUE(all_nan(run.dq) && all_nan(run.dk) && all_nan(run.dv));
+}
+
+TEST(BackwardSavedOperands, OfAnotherScaleModeAreReported) {
+  FLAMIA_REQUIRE_SM90();
+  expect_saved_operands_rejected([](flamia_problem& p) { p.scale_mode = FLAMIA_SCALE_BLOCK32; },
+                                 true, "scale_mode = 0, but this problem has scale_mode = 1");
+}
+
+TEST(BackwardSavedOperands, OfAnotherKeySmoothingAreReported) {
+  FLAMIA_REQUIRE_SM90();
+  expect_saved_operands_rejected(
+      [](flamia_problem& p) { p.key_smoothing = FLAMIA_SMOOTH_FIRST_KEY; }, true,
+      "key_smoothing = 0, but this problem has key_smoothing = 1");
+}
+
+TEST(BackwardSavedOperands, NeverWrittenAreReported) {
+  FLAMIA_REQUIRE_SM90();
+  expect_saved_operands_rejected([](flamia_problem&) {}, false,
+                                 "were not filled by a successful flamia_forward");
+}
 
 }  // namespace
 }  // namespace flamia::test

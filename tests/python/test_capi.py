@@ -266,6 +266,32 @@ def test_real_library_exports_the_api(monkeypatch):
         _capi._reset_for_tests()
 
 
+@pytest.mark.parametrize("total_q, total_k, heads_q, heads_kv, head_dim", [
+    (1, 1, 1, 1, 64), (131, 131, 8, 2, 128), (17, 2049, 4, 4, 64), (4096, 113, 16, 1, 128)])
+def test_saved_operands_size_matches_the_library(monkeypatch, total_q, total_k, heads_q,
+                                                 heads_kv, head_dim):
+    """The fake tensors' size of the saved-operands buffer is the library's."""
+    path = _real_library()
+    if path is None:
+        pytest.skip("libflamia.so is not built (cmake --build build) in this checkout")
+    monkeypatch.setenv(_capi.LIBRARY_ENV, str(path))
+    _capi._reset_for_tests()
+    try:
+        lib = _capi.library()
+        q = torch.empty(total_q, heads_q, head_dim, dtype=torch.bfloat16, device="meta")
+        k = torch.empty(total_k, heads_kv, head_dim, dtype=torch.bfloat16, device="meta")
+        cu = torch.zeros(2, dtype=torch.int32)
+        problem = _ops.make_problem(q, k, cu, cu, total_q, total_k, 0.1, False, "exact", "none",
+                                    None)
+        size = ctypes.c_size_t(0)
+        _capi.check("flamia_saved_operands_size",
+                    lib.flamia_saved_operands_size(ctypes.byref(problem), ctypes.byref(size)))
+        assert size.value == _ops.saved_operands_bytes(total_q, total_k, heads_q, heads_kv,
+                                                       head_dim)
+    finally:
+        _capi._reset_for_tests()
+
+
 @pytest.mark.nogpu
 def test_real_library_accepts_our_arguments_up_to_the_device(monkeypatch):
     """With the real library and no GPU: every host-side check of the library (sizes, strides,

@@ -81,6 +81,49 @@ def test_opcheck_forward_and_backward():
     torch.library.opcheck(torch.ops.flamia.bwd.default, bwd_args)
 
 
+@pytest.mark.parametrize("heads_q, heads_kv, head_dim", [(8, 2, 128), (4, 4, 64)])
+def test_opcheck_training_pair(heads_q, heads_kv, head_dim):
+    q, k, v, cu = make_inputs("meta", heads_q, heads_kv, head_dim, requires_grad=True)
+    fwd_args = (q, k, v, cu, cu, 113, 113, 0.1, True, "block32", "first_key", None, False)
+    torch.library.opcheck(torch.ops.flamia.fwd_saving.default, fwd_args)
+    with torch.no_grad():
+        out, lse, stats, saved = torch.ops.flamia.fwd_saving(*fwd_args)
+    assert saved.dtype == torch.uint8 and saved.dim() == 1
+    assert saved.numel() == flamia._ops.saved_operands_bytes(TOTAL, TOTAL, heads_q, heads_kv,
+                                                              head_dim) + 256
+    bwd_args = (out, saved, out, lse, stats, cu, cu, TOTAL, heads_kv, 113, 113, 0.1, True,
+                "block32", "first_key", None, True)
+    torch.library.opcheck(torch.ops.flamia.bwd_saved.default, bwd_args)
+    dq, dk, dv = torch.ops.flamia.bwd_saved(*bwd_args)
+    assert (dq.shape, dk.shape, dv.shape) == (q.shape, k.shape, v.shape)
+
+
+def test_a_wanted_gradient_selects_the_training_pair():
+    torch._dynamo.reset()
+    q, k, v, cu = make_inputs("meta", requires_grad=True)
+    explanation = torch._dynamo.explain(_layer)(q, k, v, cu, 113)
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+    ops = [str(node.target) for graph in explanation.graphs for node in graph.graph.nodes]
+    assert any("flamia.fwd_saving" in op for op in ops), ops
+    with torch.no_grad():
+        torch._dynamo.reset()
+        explanation = torch._dynamo.explain(_layer)(q, k, v, cu, 113)
+        ops = [str(node.target) for graph in explanation.graphs for node in graph.graph.nodes]
+        assert not any("fwd_saving" in op for op in ops), ops
+    out = flamia.attn_varlen_func(q, k, v, cu, cu, 113, 113, precision="fp8-bf16grad")
+    assert "fwd_saving" not in str(out.grad_fn), out.grad_fn  # it reads the BF16 inputs
+    assert "fwd_saving" in str(flamia.attn_varlen_func(q, k, v, cu, cu, 113, 113).grad_fn)
+
+
+def test_keep_operands_can_be_turned_off(monkeypatch):
+    q, k, v, cu = make_inputs("meta", requires_grad=True)
+    monkeypatch.setenv(flamia._ops.KEEP_OPERANDS_ENV, "0")
+    out = flamia.attn_varlen_func(q, k, v, cu, cu, 113, 113)
+    assert "flamia_fwd_default" in str(out.grad_fn), out.grad_fn
+    out.float().sum().backward()
+    assert q.grad.shape == q.shape
+
+
 def _layer(q, k, v, cu, max_seqlen):
     out, lse = flamia.attn_varlen_func(q, k, v, cu, cu, max_seqlen, max_seqlen, causal=True,
                                        scale_mode="block32", return_lse=True)

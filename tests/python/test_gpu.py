@@ -351,6 +351,46 @@ def test_forward_is_bitwise_repeatable_and_deterministic_backward_too():
             assert torch.equal(first[name], again[name]), name
 
 
+@pytest.mark.parametrize("scale_mode, key_smoothing, heads_q, heads_kv, head_dim", [
+    ("exact", "none", 8, 2, 128), ("block32", "first_key", 4, 4, 64),
+    ("exact", "vector", 8, 2, 64), ("block32", "none", 4, 1, 128)])
+def test_training_forward_keeps_its_operands_and_changes_no_bit(scale_mode, key_smoothing,
+                                                                heads_q, heads_kv, head_dim):
+    """With a gradient wanted, attn_varlen_func runs flamia::fwd_saving / bwd_saved (the forward
+    keeps its quantized Q, K, V; the backward reads them, not q, k, v): the same bits as the
+    pair that re-quantizes q, k, v in the backward (flamia::fwd / bwd), deterministic dQ too."""
+    p = make(AWKWARD, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim)
+    dout = torch.randn_like(p["q"])
+    smoothing = key_smoothing
+    vector = None
+    if key_smoothing == "vector":
+        vector = torch.randn(heads_kv, head_dim, device=DEVICE)
+        smoothing = vector
+    result = run(p, dout, causal=True, scale_mode=scale_mode, key_smoothing=smoothing,
+                 deterministic=True)
+    assert_finite(result)
+
+    q, k, v = (p[n].detach() for n in ("q", "k", "v"))
+    scale = 1.0 / math.sqrt(head_dim)
+    args = (q, k, v, p["cu_seqlens_q"], p["cu_seqlens_k"], p["max_seqlen_q"], p["max_seqlen_k"],
+            scale, True, scale_mode, key_smoothing, vector)
+    out, lse, stats = torch.ops.flamia.fwd(*args, "fp8", True)
+    dq, dk, dv = torch.ops.flamia.bwd(dout, q, k, v, out, lse, stats, p["cu_seqlens_q"],
+                                      p["cu_seqlens_k"], p["max_seqlen_q"], p["max_seqlen_k"],
+                                      scale, True, scale_mode, key_smoothing, vector, "fp8", True)
+    for name, plain in (("out", out), ("lse", lse), ("dq", dq), ("dk", dk), ("dv", dv)):
+        assert torch.equal(result[name], plain), name
+
+    # The autograd graph holds the quantized copies, not q, k, v.
+    q_grad = p["q"].detach().requires_grad_()
+    graph_out = flamia.attn_varlen_func(q_grad, p["k"], p["v"], p["cu_seqlens_q"],
+                                        p["cu_seqlens_k"], p["max_seqlen_q"], p["max_seqlen_k"],
+                                        causal=True, scale_mode=scale_mode,
+                                        key_smoothing=smoothing)
+    held = {t.data_ptr() for t in graph_out.grad_fn.saved_tensors if t.numel() > 0}
+    assert not held & {p[n].data_ptr() for n in ("q", "k", "v")}
+
+
 def test_batched_matches_varlen():
     batch, seqlen, heads_q, heads_kv, head_dim = 3, 193, 8, 2, 64
     q = torch.randn(batch, seqlen, heads_q, head_dim, device=DEVICE, dtype=BF16)

@@ -39,6 +39,13 @@ flamia_status flamia_backward_workspace_size(const flamia_backward_args* args, s
   return status;
 }
 
+flamia_status flamia_saved_operands_size(const flamia_problem* problem, size_t* bytes) {
+  if (!problem || !bytes) return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "stub: null");
+  flamia_status status = check_problem(problem);
+  *bytes = 3 * kStubWorkspaceBase + (size_t)problem->total_k;
+  return status;
+}
+
 flamia_status flamia_forward(const flamia_forward_args* args) {
   if (!args) return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "stub: null");
   flamia_status status = check_problem(&args->problem);
