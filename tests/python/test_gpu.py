@@ -387,7 +387,8 @@ def test_training_forward_keeps_its_operands_and_changes_no_bit(scale_mode, key_
                                         p["cu_seqlens_k"], p["max_seqlen_q"], p["max_seqlen_k"],
                                         causal=True, scale_mode=scale_mode,
                                         key_smoothing=smoothing)
-    held = {t.data_ptr() for t in graph_out.grad_fn.saved_tensors if t.numel() > 0}
+    held = {t.data_ptr() for t in graph_out.grad_fn.saved_tensors
+            if t is not None and t.numel() > 0}
     assert not held & {p[n].data_ptr() for n in ("q", "k", "v")}
 
 
