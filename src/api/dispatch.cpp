@@ -201,6 +201,9 @@ flamia_status run_backward_kernels(const flamia_backward_args& a, const Workspac
   quantize.delta_from_bf16_d_o = a.precision == FLAMIA_PRECISION_FP8_BF16GRAD;
   quantize.out = ws.bwd;
   quantize.device_status = &ws.status->code;
+  // The dO job zeroes the backward's FP32 dQ buffer (no memset in launch_backward).
+  quantize.dq_buffer = backward_dq_buffer(ws.scratch);
+  quantize.dq_row_floats = backward_dq_row_floats(p.head_dim);
   if (saved) {
     quantize.out.q_t = {};
     quantize.out.k_centered_t = {};
@@ -245,6 +248,7 @@ flamia_status run_backward_kernels(const flamia_backward_args& a, const Workspac
   kernel.dv = output_view(a.dv);
   kernel.device_status = &ws.status->code;
   kernel.scratch = ws.scratch;
+  kernel.dq_buffer_zeroed = true;
   const cudaError_t error = launch_backward(kernel, stream);
   if (error != cudaSuccess) return fail_cuda(where, "launch_backward", error);
   return FLAMIA_OK;

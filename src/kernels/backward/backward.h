@@ -20,6 +20,10 @@ struct BackwardKernelArgs {
   Bf16MutableView dq, dk, dv;
   const int32_t* device_status = nullptr;
   void* scratch = nullptr;  // backward_scratch_bytes(shape, deterministic)
+  // Whether the FP32 dQ buffer at the start of the scratch (backward_dq_buffer) is zero
+  // already (the quantize pass's dO job zeroes it, QuantizeBackwardArgs::dq_buffer); else
+  // launch_backward zeroes it first.
+  bool dq_buffer_zeroed = false;
   // Debug hook (tests only; keep problems small): when set, [heads_q][total_q][total_k] FP32
   // that receives, for every visible (query, key) pair, the real value of the backward's P̂:
   // e4m3_decode(P̂_ij) * 2^(M_i - 8) with the saved M_i (exact in FP32). A forward writing
@@ -28,6 +32,10 @@ struct BackwardKernelArgs {
 };
 
 size_t backward_scratch_bytes(const PackedShape& shape, bool deterministic);
+// The FP32 dQ buffer inside `scratch` (dq_buffer.h: [heads_q][total_q][backward_dq_row_floats]),
+// for a pass that zeroes it before launch_backward.
+float* backward_dq_buffer(void* scratch);
+int backward_dq_row_floats(int head_dim);
 bool backward_supports_head_dim(int head_dim);
 cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream);
 

@@ -1,6 +1,7 @@
 // launch_backward: BackwardKernelArgs -> kernel parameters, scratch carving, and the launch
 // sequence on the caller's stream (no host synchronisation, graph-capturable):
-//   1. zero the FP32 dQ buffer (and the deterministic semaphores); plan the CTA launch order;
+//   1. zero the FP32 dQ buffer (unless the quantize pass did: dq_buffer_zeroed) and the
+//      deterministic semaphores; plan the CTA launch order;
 //      FP8: the per-query factors (row_factors.h),
 //   2. the backward kernel (dK, dV written; dQ partials accumulated),
 //   3. the dQ post-pass (FP32 -> BF16 into the strided output).
@@ -181,6 +182,14 @@ size_t backward_scratch_bytes(const PackedShape& shape, bool deterministic) {
   return bytes;
 }
 
+float* backward_dq_buffer(void* scratch) {
+  return static_cast<float*>(scratch);  // the first buffer carved in launch_backward
+}
+
+int backward_dq_row_floats(int head_dim) {
+  return backward::dq_row_floats(head_dim);
+}
+
 bool backward_supports_head_dim(int head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
@@ -192,14 +201,15 @@ cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream)
       (args.scratch == nullptr && backward_scratch_bytes(s, args.deterministic) > 0))
     return cudaErrorInvalidValue;
   WorkspaceCarver carver(args.scratch);
-  float* dq_accum = carver.take<float>(dq_accum_bytes(s) / sizeof(float));
+  float* dq_accum = carver.take<float>(dq_accum_bytes(s) / sizeof(float));  // backward_dq_buffer
   int32_t* semaphores =
       args.deterministic ? carver.take<int32_t>(size_t(s.heads_q) * s.total_q) : nullptr;
   int32_t* tile_order = carver.take<int32_t>(size_t(key_tile_slots(s)));
   float* row_factors = carver.take<float>(
       backward::row_factors_bytes(s.heads_q, int(padded_tokens(s.total_q))) / sizeof(float));
 
-  cudaError_t error = cudaMemsetAsync(dq_accum, 0, dq_accum_bytes(s), stream);
+  cudaError_t error = cudaSuccess;
+  if (!args.dq_buffer_zeroed) error = cudaMemsetAsync(dq_accum, 0, dq_accum_bytes(s), stream);
   if (error == cudaSuccess && semaphores != nullptr)
     error = cudaMemsetAsync(semaphores, 0, dq_semaphore_bytes(s), stream);
   if (error == cudaSuccess && key_tile_slots(s) > 0)

@@ -32,6 +32,11 @@ struct QuantizeBackwardArgs {
   bool delta_from_bf16_d_o = false;      // fp8-bf16grad: D = dO . O (else 2^edo dÔ . O)
   BackwardOperands out;
   const int32_t* device_status = nullptr;
+  // Optional: the backward's FP32 dQ buffer, [heads_q][total_q][dq_row_floats] floats, which
+  // the dO job's CTAs zero for their tokens (instead of a memset: the stores hide in the job's
+  // latency-bound phases). dq_row_floats * 4 must be a multiple of 16 bytes.
+  float* dq_buffer = nullptr;
+  int dq_row_floats = 0;
   // Optional (extension): the forward's copies rebuilt from the same read of q, k, v, so the
   // backward needs one quantize pass in all. fwd_out.q/k/v_t as in QuantizeForwardArgs (K̂
   // from k - m with the smoothing below); lse_shift is written too when non-null.

@@ -3,7 +3,8 @@
 //   K  -> K̂cᵀ token-major natural from k - k_first (+ K̂ row-major from k - m),
 //   V  -> V̂ row-major (+ V̂ᵀ token-major permuted),
 //   dO -> dÔ row-major (scale_mode blocks) and dO''ᵀ = (dO / l)ᵀ token-major permuted
-//         (64-query tile-aligned blocks), plus delta from dÔ (fp8-bf16grad: dO) and O.
+//         (64-query tile-aligned blocks), plus delta from dÔ (fp8-bf16grad: dO) and O; and
+//         zeroes its tokens' rows of the backward's FP32 dQ buffer when given.
 #include "kernels/quantize/quantize.h"
 #include "kernels/quantize/quantize_launch.h"
 #include "kernels/quantize/quantize_shape.h"
@@ -91,6 +92,7 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
   d_o.delta.out = out.delta;
   d_o.delta.o = to_source(args.o);
   d_o.delta.from_input = args.delta_from_bf16_d_o;
+  d_o.zero_rows = {args.dq_buffer, args.dq_row_floats};
 
   TensorJob jobs[] = {q, k, v, d_o};
   return launch_tensor_jobs(jobs, sizeof(jobs) / sizeof(jobs[0]), shape.head_dim, stream);

@@ -77,6 +77,13 @@ struct DeltaSpec {
   bool from_input = false;  // D = dO . O from the BF16 dO (fp8-bf16grad), not from dÔ
 };
 
+// Rows of an FP32 buffer [heads][tokens][row_floats] that the job's CTAs set to zero for their
+// (head, tokens): the backward's dQ buffer, zeroed by the dO job.
+struct ZeroRowsSpec {
+  float* base = nullptr;
+  int row_floats = 0;  // a multiple of 4 (16-byte rows)
+};
+
 struct TensorJob {
   TensorSource x;
   const int32_t* cu_seqlens = nullptr;  // device, batch + 1 entries
@@ -89,6 +96,7 @@ struct TensorJob {
   const float* softmax_stats = nullptr;  // kDivideByL: [heads][tokens][2]
   LseShiftSpec lse_shift;
   DeltaSpec delta;
+  ZeroRowsSpec zero_rows;  // gradient kernel only
   const int32_t* device_status = nullptr;
   // Set by the builder: whether any part of the job depends on document bounds (a document-
   // local block, the first key, the LSE shift's key document). Exact-mode jobs skip the search.

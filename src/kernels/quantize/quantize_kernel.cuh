@@ -221,6 +221,17 @@ __device__ __forceinline__ float add_delta_dot(const OwnChunks<kThreads>& o, int
   return sum;
 }
 
+// The tile's rows of `spec` (one contiguous range: [head][tile_begin, + count)), as 16-byte
+// zero stores; nothing waits for them.
+__device__ __forceinline__ void zero_rows(const ZeroRowsSpec& spec, int head, int tokens,
+                                          int tile_begin, int count, int tid, int threads) {
+  constexpr int kFloatsPerStore = 4;
+  auto* rows = reinterpret_cast<float4*>(spec.base +
+                                         (int64_t(head) * tokens + tile_begin) * spec.row_floats);
+  const int stores = count * spec.row_floats / kFloatsPerStore;
+  for (int i = tid; i < stores; i += threads) rows[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+}
+
 template <int kHeadDim, bool kGradient>
 __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
                                   min_blocks_per_sm<kHeadDim, kGradient>())
@@ -278,6 +289,10 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
     if (job.delta.out != nullptr) park_own_chunks(o_loads, s.o_input, tid);
   }
   if (stopped) return;
+  if constexpr (kGradient) {
+    if (job.zero_rows.base != nullptr)
+      zero_rows(job.zero_rows, head, tokens, tile_begin, tile_count, tid, Geometry::kThreads);
+  }
   __syncthreads();
 
   // The window: the tile plus the outside parts of the blocks that straddle its ends (those

@@ -29,6 +29,14 @@ bool source_valid(const TensorSource& src) {
          src.head_stride % kStrideMultiple == 0;
 }
 
+// The gradient kernel serves jobs with delta or an x / l copy (dO); the other kernel the rest.
+bool is_gradient_job(const TensorJob& job) {
+  if (job.delta.out != nullptr) return true;
+  for (int k = 0; k < job.num_copies; ++k)
+    if (job.copy[k].transform == Transform::kDivideByL) return true;
+  return false;
+}
+
 bool job_valid(const TensorJob& job) {
   if (job.tokens < 0 || job.heads <= 0) return false;
   if (!source_valid(job.x)) return false;
@@ -47,6 +55,10 @@ bool job_valid(const TensorJob& job) {
     if (lse.source == KeySmoothing::kFirstKey && !source_valid(lse.keys)) return false;
   }
   if (job.delta.out != nullptr && (job.num_copies == 0 || !source_valid(job.delta.o))) return false;
+  const ZeroRowsSpec& zero = job.zero_rows;
+  if (zero.base != nullptr && (!aligned(zero.base) || zero.row_floats <= 0 ||
+                               zero.row_floats % 4 != 0 || !is_gradient_job(job)))
+    return false;
   return true;
 }
 
@@ -78,14 +90,6 @@ cudaError_t launch_kernel(const JobBatch& batch, cudaStream_t stream) {
   kernel<<<unsigned(batch.cta_begin[batch.count]), TileGeometry<kHeadDim>::kThreads, smem_bytes,
            stream>>>(batch);
   return cudaGetLastError();
-}
-
-// The gradient kernel serves jobs with delta or an x / l copy (dO); the other kernel the rest.
-bool is_gradient_job(const TensorJob& job) {
-  if (job.delta.out != nullptr) return true;
-  for (int k = 0; k < job.num_copies; ++k)
-    if (job.copy[k].transform == Transform::kDivideByL) return true;
-  return false;
 }
 
 template <int kHeadDim>
