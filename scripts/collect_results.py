@@ -99,6 +99,22 @@ def workload_table(work: dict) -> list[str]:
     return lines
 
 
+def training_forward_table(work: dict) -> list[str]:
+    """The forward with a gradient wanted (it keeps its quantized Q, K, V) and fwd+bwd with and
+    without the kept operands, per workload (bench_attention.py)."""
+    rows = [f"| {name} | {r['flamia_fwd_ms']:.3f} | {r['flamia_fwd_train_ms']:.3f} | "
+            f"{r['flamia_fwdbwd_ms']:.3f} | {r['flamia_fwdbwd_requantize_ms']:.3f} |"
+            for name, r in work.items()
+            if "flamia_fwd_train_ms" in r and "flamia_fwdbwd_requantize_ms" in r]
+    if not rows:
+        return []
+    return ["", "The training forward keeps its quantized Q, K, V for the backward "
+                "(FLAMIA_KEEP_OPERANDS, default 1), ms; the backward then reads them instead of "
+                "quantizing q, k, v again:", "",
+            "| workload | forward, no gradient | forward, gradient wanted | fwd+bwd, kept | "
+            "fwd+bwd, quantized again (FLAMIA_KEEP_OPERANDS=0) |", "|---|---|---|---|---|"] + rows
+
+
 def markdown(results: dict) -> str:
     lines = [f"# flamia on {results.get('device', 'H200')}", "",
              f"Commit `{results.get('commit', '?')}`; command: `{results.get('command', '')}`.", ""]
@@ -115,6 +131,7 @@ def markdown(results: dict) -> str:
     work = results.get("workloads", {})
     if work:
         lines += workload_table(work)
+        lines += training_forward_table(work)
         lines += backward_options_table(work)
     kernels = results.get("kernels", {}).get("workloads", {})
     if kernels:
