@@ -31,7 +31,11 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     32-token block). precision: backward precision, "fp8" (all products in FP8) or
     "fp8-bf16grad" (dP, dQ, dK in BF16: the precision that trained within 1% of BF16 attention
     in the pretraining example, at 0.95-1.19x fp8's forward+backward time; docs/results.md).
-    deterministic: bitwise reproducible backward.
+    deterministic: bitwise reproducible backward. When a gradient is wanted at precision "fp8",
+    the forward keeps its quantized Q, K, V for the backward (autograd holds those FP8 copies,
+    as many bytes as the BF16 q, k, v, instead of q, k, v; the backward then quantizes only dO;
+    the same bits either way). FLAMIA_KEEP_OPERANDS=0 turns this off (for callers whose q, k, v
+    stay alive anyway).
     key_smoothing: "none", "first_key" (subtract each document's first key) or a float32
     (heads_kv, head_dim) tensor to subtract (treated as a constant).
     qk_rotation: "none" or "hadamard": rotate q and k by the same randomised Hadamard matrix

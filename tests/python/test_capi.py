@@ -250,95 +250,104 @@ def _real_library():
     return None
 
 
-def test_real_library_exports_the_api(monkeypatch):
+@pytest.fixture
+def real_library(monkeypatch):
+    """The built libflamia.so, loaded (which declares, and so checks, every entry point)."""
     path = _real_library()
     if path is None:
         pytest.skip("libflamia.so is not built (cmake --build build) in this checkout")
     monkeypatch.setenv(_capi.LIBRARY_ENV, str(path))
     _capi._reset_for_tests()
     try:
-        lib = _capi.library()  # declares (and so checks) every entry point of flamia.h
-        for status in _capi.Status:
-            name = lib.flamia_status_name(int(status))
-            assert name and name.decode(), status
-        assert isinstance(_capi.last_error_message(), str)
+        yield _capi.library()
     finally:
         _capi._reset_for_tests()
+
+
+def test_real_library_exports_the_api(real_library):
+    for status in _capi.Status:
+        name = real_library.flamia_status_name(int(status))
+        assert name and name.decode(), status
+    assert isinstance(_capi.last_error_message(), str)
 
 
 @pytest.mark.parametrize("total_q, total_k, heads_q, heads_kv, head_dim", [
     (1, 1, 1, 1, 64), (131, 131, 8, 2, 128), (17, 2049, 4, 4, 64), (4096, 113, 16, 1, 128)])
-def test_saved_operands_size_matches_the_library(monkeypatch, total_q, total_k, heads_q,
+def test_saved_operands_size_matches_the_library(real_library, total_q, total_k, heads_q,
                                                  heads_kv, head_dim):
     """The fake tensors' size of the saved-operands buffer is the library's."""
-    path = _real_library()
-    if path is None:
-        pytest.skip("libflamia.so is not built (cmake --build build) in this checkout")
-    monkeypatch.setenv(_capi.LIBRARY_ENV, str(path))
-    _capi._reset_for_tests()
-    try:
-        lib = _capi.library()
-        q = torch.empty(total_q, heads_q, head_dim, dtype=torch.bfloat16, device="meta")
-        k = torch.empty(total_k, heads_kv, head_dim, dtype=torch.bfloat16, device="meta")
-        cu = torch.zeros(2, dtype=torch.int32)
-        problem = _ops.make_problem(q, k, cu, cu, total_q, total_k, 0.1, False, "exact", "none",
-                                    None)
-        size = ctypes.c_size_t(0)
-        _capi.check("flamia_saved_operands_size",
-                    lib.flamia_saved_operands_size(ctypes.byref(problem), ctypes.byref(size)))
-        assert size.value == _ops.saved_operands_bytes(total_q, total_k, heads_q, heads_kv,
-                                                       head_dim)
-    finally:
-        _capi._reset_for_tests()
+    q = torch.empty(total_q, heads_q, head_dim, dtype=torch.bfloat16, device="meta")
+    k = torch.empty(total_k, heads_kv, head_dim, dtype=torch.bfloat16, device="meta")
+    cu = torch.zeros(2, dtype=torch.int32)
+    problem = _ops.make_problem(q, k, cu, cu, total_q, total_k, 0.1, False, "exact", "none",
+                                None)
+    size = ctypes.c_size_t(0)
+    _capi.check("flamia_saved_operands_size",
+                real_library.flamia_saved_operands_size(ctypes.byref(problem),
+                                                        ctypes.byref(size)))
+    assert size.value == _ops.saved_operands_bytes(total_q, total_k, heads_q, heads_kv,
+                                                   head_dim)
 
 
 @pytest.mark.nogpu
-def test_real_library_accepts_our_arguments_up_to_the_device(monkeypatch):
+def _expect_no_device(call, name):
+    with pytest.raises(flamia.FlamiaError) as info:
+        _capi.check(name, call)
+    assert info.value.status == _capi.Status.ERROR_NO_DEVICE, str(info.value)
+
+
+def test_real_library_accepts_our_arguments_up_to_the_device(real_library):
     """With the real library and no GPU: every host-side check of the library (sizes, strides,
-    alignment, workspace size) passes on what the bindings build, and the call stops only at
-    the missing device. A marshalling error would show as INVALID_ARGUMENT instead."""
-    path = _real_library()
-    if path is None:
-        pytest.skip("libflamia.so is not built (cmake --build build) in this checkout")
+    alignment, workspace size, the saved-operands buffer) passes on what the bindings build, and
+    the call stops only at the missing device. A marshalling error would show as
+    INVALID_ARGUMENT instead."""
     if torch.cuda.is_available():
         pytest.skip("a GPU is present: the library would run its kernels on host pointers")
-    monkeypatch.setenv(_capi.LIBRARY_ENV, str(path))
-    _capi._reset_for_tests()
-    try:
-        lib = _capi.library()
-        q, k, v, cu_q, cu_k = _cpu_problem(strided=True)
-        out, lse, stats = _ops._forward_outputs(q)
-        problem = _ops.make_problem(q, k, cu_q, cu_q, 133, 133, 0.088, True, "block32",
-                                    "first_key", None)
-        args = _ops.make_forward_args(q, k, v, out, lse, stats, problem, ctypes.c_void_p(0))
-        nbytes = _ops.workspace_bytes(args)
-        assert nbytes > 0
-        workspace, pointer = _ops._workspace(nbytes, torch.device("cpu"))
-        args.workspace, args.workspace_bytes = pointer, nbytes
-        description = _ops.describe_forward(args)
-        assert "hdim 128" in description and "block32" in description, description
-        with pytest.raises(flamia.FlamiaError) as info:
-            _capi.check("flamia_forward", lib.flamia_forward(ctypes.byref(args)))
-        assert info.value.status == _capi.Status.ERROR_NO_DEVICE, str(info.value)
+    lib = real_library
+    q, k, v, cu_q, cu_k = _cpu_problem(strided=True)
+    out, lse, stats = _ops._forward_outputs(q)
+    problem = _ops.make_problem(q, k, cu_q, cu_q, 133, 133, 0.088, True, "block32", "first_key",
+                                None)
+    args = _ops.make_forward_args(q, k, v, out, lse, stats, problem, ctypes.c_void_p(0))
+    nbytes = _ops.workspace_bytes(args)
+    assert nbytes > 0
+    workspace, pointer = _ops._workspace(nbytes, torch.device("cpu"))
+    args.workspace, args.workspace_bytes = pointer, nbytes
+    description = _ops.describe_forward(args)
+    assert "hdim 128" in description and "block32" in description, description
+    _expect_no_device(lib.flamia_forward(ctypes.byref(args)), "flamia_forward")
 
-        dout = torch.randn_like(out)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-        bargs = _ops.make_backward_args(dout, q, k, v, out, lse, stats, dq, dk, dv, problem,
-                                        "fp8-bf16grad", True, ctypes.c_void_p(0))
-        size = ctypes.c_size_t(0)
-        _capi.check("flamia_backward_workspace_size",
-                    lib.flamia_backward_workspace_size(ctypes.byref(bargs), ctypes.byref(size)))
-        bworkspace, bpointer = _ops._workspace(size.value, torch.device("cpu"))
-        bargs.workspace, bargs.workspace_bytes = bpointer, size.value
-        with pytest.raises(flamia.FlamiaError) as info:
-            _capi.check("flamia_backward", lib.flamia_backward(ctypes.byref(bargs)))
-        assert info.value.status == _capi.Status.ERROR_NO_DEVICE, str(info.value)
+    dout = torch.randn_like(out)
+    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    bargs = _ops.make_backward_args(dout, q, k, v, out, lse, stats, dq, dk, dv, problem,
+                                    "fp8-bf16grad", True, ctypes.c_void_p(0))
+    size = ctypes.c_size_t(0)
+    _capi.check("flamia_backward_workspace_size",
+                lib.flamia_backward_workspace_size(ctypes.byref(bargs), ctypes.byref(size)))
+    bworkspace, bpointer = _ops._workspace(size.value, torch.device("cpu"))
+    bargs.workspace, bargs.workspace_bytes = bpointer, size.value
+    _expect_no_device(lib.flamia_backward(ctypes.byref(bargs)), "flamia_backward")
 
-        # And a real refusal carries the library's message: head_dim 256 is not implemented.
-        problem.head_dim = 256
-        args.problem = problem
-        with pytest.raises(flamia.FlamiaError, match="head_dim 256"):
-            _ops.workspace_bytes(args)
-        del workspace, bworkspace
-    finally:
-        _capi._reset_for_tests()
+    # The training pair: the forward keeping its operands, the backward reading them (no q, k,
+    # v); each with its own workspace size (the copies leave it).
+    saved = _ops._saved_buffer(q, k)
+    sargs = _ops.make_forward_args(q, k, v, out, lse, stats, problem, ctypes.c_void_p(0), saved)
+    snbytes = _ops.workspace_bytes(sargs)
+    assert snbytes < nbytes
+    sworkspace, spointer = _ops._workspace(snbytes, torch.device("cpu"))
+    sargs.workspace, sargs.workspace_bytes = spointer, snbytes
+    _expect_no_device(lib.flamia_forward(ctypes.byref(sargs)), "flamia_forward")
+    sbargs = _ops.make_backward_args(dout, None, None, None, out, lse, stats, dq, dk, dv,
+                                     problem, "fp8", True, ctypes.c_void_p(0), saved)
+    _capi.check("flamia_backward_workspace_size",
+                lib.flamia_backward_workspace_size(ctypes.byref(sbargs), ctypes.byref(size)))
+    sbworkspace, sbpointer = _ops._workspace(size.value, torch.device("cpu"))
+    sbargs.workspace, sbargs.workspace_bytes = sbpointer, size.value
+    _expect_no_device(lib.flamia_backward(ctypes.byref(sbargs)), "flamia_backward")
+
+    # And a real refusal carries the library's message: head_dim 256 is not implemented.
+    problem.head_dim = 256
+    args.problem = problem
+    with pytest.raises(flamia.FlamiaError, match="head_dim 256"):
+        _ops.workspace_bytes(args)
+    del workspace, bworkspace, sworkspace, sbworkspace
