@@ -110,8 +110,9 @@ typedef struct flamia_backward_args {
   void* stream;
   /* Optional: the saved_operands a flamia_forward of this problem filled (precision FP8 only).
    * When given, q, k and v are not read (their data may be NULL). A buffer the forward of
-   * another problem filled (shape, scale mode or key smoothing) is found on the device: the
-   * outputs are then NaN and flamia_check_device_status reports it. */
+   * another problem filled (sizes, scale mode or key smoothing kind) is found on the device:
+   * the outputs are then NaN and flamia_check_device_status reports it. Not detectable: a
+   * forward of the same sizes and options on other inputs, cu_seqlens or smoothing vector. */
   const void* saved_operands;
   size_t saved_operands_bytes;
 } flamia_backward_args;
