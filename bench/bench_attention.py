@@ -117,11 +117,15 @@ def training_forward_ms(q, k, v, cu, max_len, scale_mode):
 
 def requantizing_fwdbwd_ms(q, k, v, d_o, cu, max_len, scale_mode):
     """fwd+bwd with FLAMIA_KEEP_OPERANDS=0: the backward quantizes q, k, v again."""
+    previous = os.environ.get("FLAMIA_KEEP_OPERANDS")
     os.environ["FLAMIA_KEEP_OPERANDS"] = "0"
     try:
         return bench_flamia(q, k, v, d_o, cu, max_len, scale_mode)[1]
     finally:
-        del os.environ["FLAMIA_KEEP_OPERANDS"]
+        if previous is None:
+            del os.environ["FLAMIA_KEEP_OPERANDS"]
+        else:
+            os.environ["FLAMIA_KEEP_OPERANDS"] = previous
 
 
 FUSED_QUANTIZE_MAX_SEQLEN = 128  # documents this short also run the fused quantization

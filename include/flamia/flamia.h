@@ -112,7 +112,9 @@ typedef struct flamia_backward_args {
    * When given, q, k and v are not read (their data may be NULL). A buffer the forward of
    * another problem filled (sizes, scale mode or key smoothing kind) is found on the device:
    * the outputs are then NaN and flamia_check_device_status reports it. Not detectable: a
-   * forward of the same sizes and options on other inputs, cu_seqlens or smoothing vector. */
+   * forward of the same sizes and options on other inputs, cu_seqlens or smoothing vector.
+   * The problem stays the forward's whole problem (a SMOOTH_VECTOR problem still names its
+   * vector, though K̂ is not rebuilt). */
   const void* saved_operands;
   size_t saved_operands_bytes;
 } flamia_backward_args;

@@ -157,19 +157,23 @@ def saved_operands_bytes(total_q, total_k, heads_q: int, heads_kv: int, head_dim
 
 
 def _saved_buffer(q: Tensor, k: Tensor) -> Tensor:
-    """An uninitialised saved-operands buffer, with room to align its start."""
+    """An uninitialised saved-operands buffer (torch's CUDA allocations are 512-byte aligned)."""
     total_q, heads_q, head_dim = q.shape
     total_k, heads_kv, _ = k.shape
     nbytes = saved_operands_bytes(total_q, total_k, heads_q, heads_kv, head_dim)
-    return torch.empty(nbytes + _capi.WORKSPACE_ALIGNMENT, dtype=torch.uint8, device=q.device)
+    return torch.empty(nbytes, dtype=torch.uint8, device=q.device)
 
 
 def _saved_pointer(saved: Optional[Tensor]):
-    """(pointer, bytes) of the aligned buffer inside `saved`; (None, 0) for no buffer."""
+    """(pointer, bytes) of `saved`; (None, 0) for no buffer. Its start must stay 256-byte
+    aligned (a hook that moves saved tensors could break that: refused, never shifted)."""
     if saved is None:
         return None, 0
-    offset = (-saved.data_ptr()) % _capi.WORKSPACE_ALIGNMENT
-    return ctypes.c_void_p(saved.data_ptr() + offset), saved.numel() - _capi.WORKSPACE_ALIGNMENT
+    if saved.data_ptr() % _capi.WORKSPACE_ALIGNMENT != 0:
+        raise ValueError(f"flamia: the saved-operands buffer at {saved.data_ptr():#x} is not "
+                         f"{_capi.WORKSPACE_ALIGNMENT}-byte aligned (was it moved by a saved-"
+                         "tensor hook?); set FLAMIA_KEEP_OPERANDS=0 to keep q, k, v instead")
+    return ctypes.c_void_p(saved.data_ptr()), saved.numel()
 
 
 _logged: set = set()
@@ -278,8 +282,8 @@ def fwd_saving(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens
                scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
                deterministic: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The training forward of precision "fp8": returns (out, lse, softmax_stats, saved), where
-    `saved` holds the quantized Q, K, V in every layout the backward reads (uint8; its size is
-    saved_operands_bytes plus room to align it). flamia::bwd_saved then reads no q, k, v."""
+    `saved` holds the quantized Q, K, V in every layout the backward reads (uint8,
+    saved_operands_bytes long). flamia::bwd_saved then reads no q, k, v."""
     saved = _saved_buffer(q, k)
     out, lse, stats = _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                    max_seqlen_k, softmax_scale, causal, scale_mode,
@@ -412,8 +416,8 @@ def _setup_saving_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
      scale_mode, key_smoothing, key_smoothing_vector, deterministic) = inputs
     out, lse, stats, saved = output
-    # No q, k or v: the backward reads the quantized copies in `saved` (the same bytes as the
-    # BF16 inputs' when the key smoothing vector is a constant, as documented).
+    # No q, k or v: the backward reads the quantized copies in `saved`, K̂ built with the
+    # smoothing vector as it was at the forward (the vector is a constant, as documented).
     ctx.save_for_backward(saved, out, lse, stats, cu_seqlens_q, cu_seqlens_k,
                           key_smoothing_vector)
     ctx.config = dict(total_k=k.shape[0], heads_kv=k.shape[1], max_seqlen_q=max_seqlen_q,

@@ -51,8 +51,8 @@ __global__ void check_seqlens_kernel(const int32_t* __restrict__ cu_q,
       if (result.code != kDeviceStatusOk) header.magic = 0;
       *saved.write = header;
     }
-    if (saved.expect != nullptr && result.code == kDeviceStatusOk)
-      result = compare_saved_header(*saved.expect, saved.expected);
+    if (saved.compare_with != nullptr && result.code == kDeviceStatusOk)
+      result = compare_saved_header(*saved.compare_with, saved.expected);
     *record = result;
   }
 }

@@ -15,11 +15,11 @@
 namespace flamia::api {
 
 // The saved-operands header's part of the check (saved_operands.h): the forward writes
-// `expected` to `write` (magic 0 when cu_seqlens are invalid); the backward compares `expect`
-// with it. Both null: no saved operands.
+// `expected` to `write` (magic 0 when cu_seqlens are invalid); the backward compares the header
+// at `compare_with` with `expected`. Both null: no saved operands.
 struct SavedOperandsCheck {
   SavedOperandsHeader* write = nullptr;
-  const SavedOperandsHeader* expect = nullptr;
+  const SavedOperandsHeader* compare_with = nullptr;
   SavedOperandsHeader expected;
 };
 

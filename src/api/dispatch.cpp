@@ -127,7 +127,8 @@ QuantizeBackwardArgs quantize_saved_operands_args(const flamia_forward_args& a,
 }
 
 // The workspace with the copies of Q, K and V pointed at the saved-operands buffer (the
-// workspace's own lse_shift is kept).
+// workspace's own lse_shift is kept). The forward writes all six copies there (its quantize
+// args take Q̂ᵀ, K̂cᵀ and V̂ from ws.bwd); the backward reads them.
 WorkspaceLayout with_saved_operands(WorkspaceLayout ws, const flamia_problem& p,
                                     const void* saved_operands) {
   if (saved_operands == nullptr) return ws;
@@ -248,7 +249,7 @@ flamia_status run_backward_kernels(const flamia_backward_args& a, const Workspac
   kernel.dv = output_view(a.dv);
   kernel.device_status = &ws.status->code;
   kernel.scratch = ws.scratch;
-  kernel.dq_buffer_zeroed = true;
+  kernel.dq_buffer_zeroed = quantize.dq_buffer != nullptr;
   const cudaError_t error = launch_backward(kernel, stream);
   if (error != cudaSuccess) return fail_cuda(where, "launch_backward", error);
   return FLAMIA_OK;
@@ -264,7 +265,7 @@ flamia_status check_seqlens_on_device(const flamia_problem& p, const WorkspaceLa
   if (write_saved != nullptr)
     saved.write = layout_saved_operands(packed_shape(p), write_saved).header;
   if (expect_saved != nullptr)
-    saved.expect = layout_saved_operands(packed_shape(p), expect_saved).header;
+    saved.compare_with = layout_saved_operands(packed_shape(p), expect_saved).header;
   const cudaError_t error = launch_check_seqlens(p.cu_seqlens_q, p.cu_seqlens_k, seqlens_limits(p),
                                                  saved, ws.status, stream);
   return error == cudaSuccess ? FLAMIA_OK : fail_cuda(where, "the cu_seqlens check kernel", error);

@@ -272,15 +272,16 @@ def test_real_library_exports_the_api(real_library):
 
 
 @pytest.mark.parametrize("total_q, total_k, heads_q, heads_kv, head_dim", [
-    (1, 1, 1, 1, 64), (131, 131, 8, 2, 128), (17, 2049, 4, 4, 64), (4096, 113, 16, 1, 128)])
+    (1, 1, 1, 1, 64), (131, 131, 8, 2, 128), (17, 2049, 4, 4, 64), (4096, 113, 16, 1, 128),
+    (0, 40, 2, 2, 128), (33, 0, 4, 2, 64)])
 def test_saved_operands_size_matches_the_library(real_library, total_q, total_k, heads_q,
                                                  heads_kv, head_dim):
     """The fake tensors' size of the saved-operands buffer is the library's."""
     q = torch.empty(total_q, heads_q, head_dim, dtype=torch.bfloat16, device="meta")
     k = torch.empty(total_k, heads_kv, head_dim, dtype=torch.bfloat16, device="meta")
     cu = torch.zeros(2, dtype=torch.int32)
-    problem = _ops.make_problem(q, k, cu, cu, total_q, total_k, 0.1, False, "exact", "none",
-                                None)
+    problem = _ops.make_problem(q, k, cu, cu, max(total_q, 1), max(total_k, 1), 0.1, False,
+                                "exact", "none", None)
     size = ctypes.c_size_t(0)
     _capi.check("flamia_saved_operands_size",
                 real_library.flamia_saved_operands_size(ctypes.byref(problem),
@@ -330,7 +331,14 @@ def test_real_library_accepts_our_arguments_up_to_the_device(real_library):
 
     # The training pair: the forward keeping its operands, the backward reading them (no q, k,
     # v); each with its own workspace size (the copies leave it).
-    saved = _ops._saved_buffer(q, k)
+    # (host memory here: a 256-byte-aligned view, as torch's CUDA allocations are)
+    nsaved = _ops.saved_operands_bytes(q.shape[0], k.shape[0], q.shape[1], k.shape[1],
+                                       q.shape[2])
+    backing, aligned = _ops._workspace(nsaved, torch.device("cpu"))
+    start = aligned - backing.data_ptr()
+    saved = backing[start:start + nsaved]
+    with pytest.raises(ValueError, match="not 256-byte aligned"):
+        _ops._saved_pointer(backing[start + 16:])
     sargs = _ops.make_forward_args(q, k, v, out, lse, stats, problem, ctypes.c_void_p(0), saved)
     snbytes = _ops.workspace_bytes(sargs)
     assert snbytes < nbytes

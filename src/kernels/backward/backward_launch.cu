@@ -201,7 +201,9 @@ cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream)
       (args.scratch == nullptr && backward_scratch_bytes(s, args.deterministic) > 0))
     return cudaErrorInvalidValue;
   WorkspaceCarver carver(args.scratch);
-  float* dq_accum = carver.take<float>(dq_accum_bytes(s) / sizeof(float));  // backward_dq_buffer
+  float* dq_accum = carver.take<float>(dq_accum_bytes(s) / sizeof(float));
+  // A caller that zeroed the buffer found it with backward_dq_buffer (dq_buffer_zeroed).
+  if (dq_accum != backward_dq_buffer(args.scratch)) return cudaErrorInvalidValue;
   int32_t* semaphores =
       args.deterministic ? carver.take<int32_t>(size_t(s.heads_q) * s.total_q) : nullptr;
   int32_t* tile_order = carver.take<int32_t>(size_t(key_tile_slots(s)));
