@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ctypes
+
 import torch
 from torch import Tensor
 
@@ -126,7 +128,8 @@ def explain(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k:
             key_smoothing="none", qk_rotation="none", return_attn_probs=False,
             block_table=None) -> str:
     """Which kernel path attn_varlen_func would run for these arguments (the library's
-    flamia_describe_forward), followed by the backward's precision. Runs no kernel. The same
+    flamia_describe_forward; with a gradient wanted, the training forward that keeps its
+    quantized operands), followed by the backward's precision. Runs no kernel. The same
     line is logged on the first call of each distinct path when FLAMIA_LOG=1."""
     causal = _checks.check_flash_attention_neutral(
         dropout_p=dropout_p, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
@@ -142,6 +145,10 @@ def explain(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k:
                                 spec.softmax_scale, spec.causal, spec.scale_mode,
                                 spec.key_smoothing, spec.key_smoothing_vector)
     args = _ops.make_forward_args(q, k, v, out, lse, stats, problem, _ops._stream(q.device))
+    if _ops.forward_keeps_operands(spec.precision, q, k, v):
+        # The training forward's path. Never dereferenced: the description and the size query
+        # read only whether a saved-operands buffer is given.
+        args.saved_operands = ctypes.c_void_p(_capi.WORKSPACE_ALIGNMENT)
     # The size query validates the problem, so an unsupported one raises FlamiaError with the
     # library's reason instead of describing "no kernel path".
     _ops.workspace_bytes(args)

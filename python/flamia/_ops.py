@@ -244,8 +244,7 @@ def _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
         args.workspace = workspace_ptr
         args.workspace_bytes = nbytes
         if _env_flag(LOG_ENV):
-            _log_path(describe_forward(args) + f"; backward: {backward_description}"
-                      + ("; keeps its quantized operands" if saved is not None else ""))
+            _log_path(describe_forward(args) + f"; backward: {backward_description}")
         _capi.check("flamia_forward", lib.flamia_forward(ctypes.byref(args)))
         _check_device_status(lib, workspace_ptr, q.device)
     # `workspace` is returned to the caching allocator here: stream-ordered, so the kernels

@@ -14,15 +14,17 @@ constexpr int kNumHeadDims = sizeof kHeadDims / sizeof kHeadDims[0];
 constexpr int kNumScaleModes = 2;
 constexpr int kNumCausal = 2;
 constexpr int kNumSmoothings = 3;
-constexpr int kNumQuantizePaths = 2;
-constexpr size_t kDescriptionCapacity = 128;
+constexpr int kNumQuantizePaths = 3;
+constexpr size_t kDescriptionCapacity = 192;
 
 const char* const kScaleNames[kNumScaleModes] = {"exact scales", "block32 scales"};
 const char* const kCausalNames[kNumCausal] = {"non-causal", "causal"};
 const char* const kSmoothingNames[kNumSmoothings] = {"no key smoothing", "first-key smoothing",
                                                      "vector key smoothing"};
-const char* const kQuantizeNames[kNumQuantizePaths] = {"separate quantize pass",
-                                                       "quantization fused into the kernel"};
+// Indexed by quantize_path().
+const char* const kQuantizeNames[kNumQuantizePaths] = {
+    "separate quantize pass", "quantization fused into the kernel",
+    "separate quantize pass keeping the backward's operands"};
 
 // Every description, built once (thread-safe static initialization) and never freed, so the
 // returned pointers stay valid for the life of the process.
@@ -46,6 +48,11 @@ struct Descriptions {
   }
 };
 
+int quantize_path(const flamia_forward_args& args) {
+  if (flamia::api::forward_fuses_quantize(args)) return 1;
+  return args.saved_operands != nullptr ? 2 : 0;
+}
+
 constexpr const char* kInvalidDescription =
     "no kernel path: invalid or unsupported arguments (see flamia_last_error_message)";
 
@@ -68,6 +75,5 @@ extern "C" const char* flamia_describe_forward(const flamia_forward_args* args) 
   }
   static const Descriptions descriptions;
   // Validated: the enums hold their enumerators' values.
-  const int fused = flamia::api::forward_fuses_quantize(*args) ? 1 : 0;
-  return descriptions.text[d][p.scale_mode][p.causal][p.key_smoothing][fused];
+  return descriptions.text[d][p.scale_mode][p.causal][p.key_smoothing][quantize_path(*args)];
 }

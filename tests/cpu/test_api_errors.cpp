@@ -81,6 +81,16 @@ TEST(ApiErrors, DescribeNamesThePath) {
   EXPECT_TRUE(contains(flamia_last_error_message(), "quantize"));
   setup.args.quantize = FLAMIA_QUANTIZE_AUTO;
   setup.args.problem.head_dim = 64;
+  // A training forward names the operands it keeps (the longest description: not truncated).
+  setup.args.problem.key_smoothing = FLAMIA_SMOOTH_VECTOR;
+  setup.args.problem.key_smoothing_vector = static_cast<const float*>(fake_device(14));
+  setup.use_saved_operands();
+  text = flamia_describe_forward(&setup.args);
+  EXPECT_TRUE(contains(text.c_str(),
+                       "vector key smoothing, separate quantize pass keeping the "
+                       "backward's operands"))
+      << text;
+  setup.args.saved_operands = nullptr;
   // Static storage: the same pointer each time.
   EXPECT_EQ(flamia_describe_forward(&setup.args), flamia_describe_forward(&setup.args));
 }

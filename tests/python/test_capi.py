@@ -291,6 +291,24 @@ def test_saved_operands_size_matches_the_library(real_library, total_q, total_k,
 
 
 @pytest.mark.nogpu
+def test_explain_names_the_training_path(real_library, monkeypatch):
+    """explain() on meta tensors (no kernel runs; the stream is never used): a wanted gradient
+    at precision fp8 selects the forward that keeps its operands, and nothing else does."""
+    monkeypatch.setattr(_ops, "_stream", lambda device: ctypes.c_void_p(0))
+    q = torch.empty(131, 8, 128, dtype=torch.bfloat16, device="meta")
+    k = torch.empty(131, 2, 128, dtype=torch.bfloat16, device="meta")
+    cu = torch.tensor([0, 17, 131], dtype=torch.int32, device="meta")
+    keeping = "separate quantize pass keeping the backward's operands"
+    assert keeping not in flamia.explain(q, k, k, cu, cu, 114, 114, causal=True)
+    q.requires_grad_()
+    assert keeping in flamia.explain(q, k, k, cu, cu, 114, 114, causal=True)
+    assert keeping not in flamia.explain(q, k, k, cu, cu, 114, 114, precision="fp8-bf16grad")
+    with torch.no_grad():
+        assert keeping not in flamia.explain(q, k, k, cu, cu, 114, 114)
+    monkeypatch.setenv(_ops.KEEP_OPERANDS_ENV, "0")
+    assert keeping not in flamia.explain(q, k, k, cu, cu, 114, 114)
+
+
 def _expect_no_device(call, name):
     with pytest.raises(flamia.FlamiaError) as info:
         _capi.check(name, call)
