@@ -10,22 +10,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import ROOT, make_inputs, median_ms, with_grad  # noqa: E402
+from bench_attention import ROOT, environment, make_inputs, median_ms, with_grad  # noqa: E402
 
 MODES = {"keep": "1", "requantize": "0"}
 
 
 def measure(w, mode):
+    with environment("FLAMIA_KEEP_OPERANDS", MODES[mode]):
+        return measure_in_mode(w)
+
+
+def measure_in_mode(w):
     import flamia
 
-    os.environ["FLAMIA_KEEP_OPERANDS"] = MODES[mode]
     q, k, v, d_o, cu, max_len = make_inputs(w)
     qq, kk, vv = with_grad((q, k, v), True)
 
@@ -87,7 +90,6 @@ def main():
               f"{q['fwdbwd_ms']:.3f} ms; held {k['held_for_backward_mib']:.0f}/"
               f"{q['held_for_backward_mib']:.0f} MiB, step peak {k['step_peak_mib']:.0f}/"
               f"{q['step_peak_mib']:.0f} MiB (keep/requantize)", flush=True)
-    os.environ.pop("FLAMIA_KEEP_OPERANDS", None)
     Path(opts.json).write_text(json.dumps(results, indent=1))
 
 

@@ -20,6 +20,7 @@ flamia's per-call times on an idle GPU (its host time included) are reported bes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -36,6 +37,21 @@ FWD_BWD_FLOP_FACTOR = 3.5  # workloads.json convention: fwd+bwd = 3.5 x forward 
 
 def forward_flops(doc_lens, heads_q, head_dim, causal=True):
     return sum(4 * L * L * head_dim * heads_q * (0.5 if causal else 1.0) for L in doc_lens)
+
+
+@contextlib.contextmanager
+def environment(name, value):
+    """The environment variable `name` set to `value` inside the block, as it was afterwards
+    (flamia reads its path switches, e.g. FLAMIA_FORWARD_QUANTIZE, at each call)."""
+    previous = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ[name]
+        else:
+            os.environ[name] = previous
 
 
 def median_ms(fn, warmup=3, reps=15, per_call=False):
@@ -117,15 +133,8 @@ def training_forward_ms(q, k, v, cu, max_len, scale_mode):
 
 def requantizing_fwdbwd_ms(q, k, v, d_o, cu, max_len, scale_mode):
     """fwd+bwd with FLAMIA_KEEP_OPERANDS=0: the backward quantizes q, k, v again."""
-    previous = os.environ.get("FLAMIA_KEEP_OPERANDS")
-    os.environ["FLAMIA_KEEP_OPERANDS"] = "0"
-    try:
+    with environment("FLAMIA_KEEP_OPERANDS", "0"):
         return bench_flamia(q, k, v, d_o, cu, max_len, scale_mode)[1]
-    finally:
-        if previous is None:
-            del os.environ["FLAMIA_KEEP_OPERANDS"]
-        else:
-            os.environ["FLAMIA_KEEP_OPERANDS"] = previous
 
 
 FUSED_QUANTIZE_MAX_SEQLEN = 128  # documents this short also run the fused quantization
@@ -134,11 +143,8 @@ FUSED_QUANTIZE_MAX_SEQLEN = 128  # documents this short also run the fused quant
 def fused_quantize_fwd_ms(q, k, v, cu, max_len, scale_mode):
     """flamia's forward with its quantization fused into the kernel
     (FLAMIA_FORWARD_QUANTIZE=fused; the default is the separate pass, measured faster)."""
-    os.environ["FLAMIA_FORWARD_QUANTIZE"] = "fused"
-    try:
+    with environment("FLAMIA_FORWARD_QUANTIZE", "fused"):
         return median_ms(lambda: bench_flamia_forward(q, k, v, cu, max_len, scale_mode))
-    finally:
-        del os.environ["FLAMIA_FORWARD_QUANTIZE"]
 
 
 def bench_flamia_forward(q, k, v, cu, max_len, scale_mode):

@@ -12,25 +12,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import (bench_fa2_varlen, bench_flamia_forward, forward_flops,  # noqa: E402
-                             make_inputs, median_ms)
+from bench_attention import (bench_fa2_varlen, bench_flamia_forward, environment,  # noqa: E402
+                             forward_flops, make_inputs, median_ms)
 
 TOKENS = 32768
 
 
 def flamia_fwd_ms(quantize, q, k, v, cu, max_len, scale_mode):
-    os.environ["FLAMIA_FORWARD_QUANTIZE"] = quantize
-    try:
+    with environment("FLAMIA_FORWARD_QUANTIZE", quantize):
         return median_ms(lambda: bench_flamia_forward(q, k, v, cu, max_len, scale_mode))
-    finally:
-        del os.environ["FLAMIA_FORWARD_QUANTIZE"]
 
 
 def main():
