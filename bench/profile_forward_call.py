@@ -4,10 +4,11 @@ kernel it launches with its duration, the idle gaps between them, and the call's
 from torch.profiler, for each workload of bench/workloads.json. The end-to-end forward adds
 0.4-0.7 ms to the forward kernel on the public workloads (docs/results.md, Speed); this says
 which part is the quantize pass, which the small kernels (argument checks, schedule plan) and
-which the host.
+which the host. With --backward it profiles a training step's attention instead: the forward
+with a gradient wanted, then out.backward(dO) (autograd's own kernels included).
 
     FLAMIA_LIBRARY=build/libflamia.so PYTHONPATH=python python3 bench/profile_forward_call.py \
-        --json OUT.json [--workloads equal-2k,equal-8k] [--calls 5]
+        --json OUT.json [--workloads equal-2k,equal-8k] [--calls 5] [--backward]
 """
 from __future__ import annotations
 
@@ -44,13 +45,20 @@ def summarize_call(kernels: list[dict], wall_us: float) -> dict:
             "wall_us": round(wall_us, 2)}
 
 
-def profile_workload(w: dict, calls: int) -> dict:
+def profile_workload(w: dict, calls: int, backward: bool) -> dict:
     import flamia
 
-    q, k, v, _, cu, max_len = make_inputs(w)
+    q, k, v, d_o, cu, max_len = make_inputs(w)
+    if backward:
+        q, k, v = (t.detach().requires_grad_(True) for t in (q, k, v))
 
     def call():
-        return flamia.attn_varlen_func(q, k, v, cu, cu, max_len, max_len, causal=True)
+        out = flamia.attn_varlen_func(q, k, v, cu, cu, max_len, max_len, causal=True)
+        if backward:
+            out.backward(d_o)
+            for t in (q, k, v):
+                t.grad = None
+        return out
 
     for _ in range(3):
         call()
@@ -75,12 +83,15 @@ def main():
     ap.add_argument("--workloads", default="")
     ap.add_argument("--workloads-file", default=str(ROOT / "bench/workloads.json"))
     ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--backward", action="store_true",
+                    help="profile forward (gradient wanted) + backward instead of the forward")
     opts = ap.parse_args()
     workloads = json.loads(Path(opts.workloads_file).read_text())["workloads"]
     chosen = [n for n in workloads if not opts.workloads or n in opts.workloads.split(",")]
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "workloads": {}}
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+               "call": "forward + backward" if opts.backward else "forward", "workloads": {}}
     for name in chosen:
-        r = profile_workload(workloads[name], opts.calls)
+        r = profile_workload(workloads[name], opts.calls, opts.backward)
         results["workloads"][name] = r
         b = r["best_call"]
         print(f"{name}: wall {b['wall_us']:.0f} us, kernels {b['kernel_us']:.0f} us over a "
