@@ -32,8 +32,13 @@ __device__ __forceinline__ void for_each_entry(const int32_t* cu_q, const int32_
     }
     return;
   }
+  // The document's bounds are read once (per tile, the loads came after the previous tile's
+  // order store, which may alias cu_seqlens, so they were issued again every tile).
+  const KeyTileItem first = make_key_tile_item(cu_q, cu_k, doc, 0, 0);
   for (int tile = 0; tile < key_tiles_per_doc; ++tile) {
-    const KeyTileItem item = make_key_tile_item(cu_q, cu_k, doc, tile, 0);
+    KeyTileItem item = first;
+    item.tile = tile;
+    item.key0 = first.key0 + tile * kBlockN;
     if (key_tile_is_empty(item)) return;
     visit(doc * key_tiles_per_doc + tile, cost_bin(item, causal));
   }
