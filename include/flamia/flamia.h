@@ -110,9 +110,10 @@ typedef struct flamia_backward_args {
   void* stream;
   /* Optional: the saved_operands a flamia_forward of this problem filled (precision FP8 only).
    * When given, q, k and v are not read (their data may be NULL). A buffer the forward of
-   * another problem filled (sizes, scale mode or key smoothing kind) is found on the device:
-   * the outputs are then NaN and flamia_check_device_status reports it. Not detectable: a
-   * forward of the same sizes and options on other inputs, cu_seqlens or smoothing vector.
+   * another problem filled (sizes, scale mode, key smoothing kind, or cu_seqlens contents,
+   * compared through a 64-bit checksum) is found on the device: the outputs are then NaN and
+   * flamia_check_device_status reports it. Not detectable: a forward of the same sizes, options
+   * and cu_seqlens on other inputs or another smoothing vector.
    * The problem stays the forward's whole problem (a SMOOTH_VECTOR problem still names its
    * vector, though K̂ is not rebuilt). */
   const void* saved_operands;

@@ -3,11 +3,16 @@
 
 #include <algorithm>
 
+#include "api/seqlens_checksum.h"
+
 namespace flamia::api {
 namespace {
 
 // One block is plenty: the check reads 2 * (batch + 1) int32 values.
 constexpr int kCheckThreads = 256;
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullWarp = 0xFFFFFFFFu;
+static_assert(kCheckThreads % kWarpSize == 0, "the checksum sums whole warps");
 
 // The first header word that differs from the expected one, as a record (code 0: none).
 __device__ DeviceStatusRecord compare_saved_header(const SavedOperandsHeader& saved,
@@ -26,12 +31,35 @@ __device__ DeviceStatusRecord compare_saved_header(const SavedOperandsHeader& sa
   return record;
 }
 
+// This thread's share of seqlens_checksum: the terms of entries threadIdx.x, + blockDim.x, ...
+// summed over the warp; lane 0 holds the warp's sum. Any split gives the same total (a sum
+// mod 2^64; seqlens_checksum.h).
+__device__ uint64_t warp_checksum_part(const int32_t* cu_q, const int32_t* cu_k, int32_t batch) {
+  uint64_t sum = 0;
+  for (int64_t i = threadIdx.x; i <= batch; i += blockDim.x)
+    sum += seqlens_checksum_terms(cu_q, cu_k, i);
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    sum += __shfl_down_sync(kFullWarp, sum, offset);
+  return sum;
+}
+
 __global__ void check_seqlens_kernel(const int32_t* __restrict__ cu_q,
                                      const int32_t* __restrict__ cu_k, SeqlensLimits limits,
                                      SavedOperandsCheck saved, DeviceStatusRecord* record) {
   __shared__ ViolationKey block_first;
-  if (threadIdx.x == 0) block_first = kNoViolation;
+  __shared__ unsigned long long block_checksum;  // the type of the shared-memory atomicAdd
+  if (threadIdx.x == 0) {
+    block_first = kNoViolation;
+    block_checksum = 0;
+  }
   __syncthreads();
+
+  // Only a saved-operands header holds the checksum: without one, no thread computes it.
+  const bool with_saved = saved.write != nullptr || saved.compare_with != nullptr;
+  if (with_saved) {
+    const uint64_t part = warp_checksum_part(cu_q, cu_k, limits.batch);
+    if (threadIdx.x % kWarpSize == 0) atomicAdd(&block_checksum, part);
+  }
 
   ViolationKey first = kNoViolation;
   if (threadIdx.x == 0) {
@@ -46,13 +74,14 @@ __global__ void check_seqlens_kernel(const int32_t* __restrict__ cu_q,
 
   if (threadIdx.x == 0) {
     DeviceStatusRecord result = describe_violation(block_first, cu_q, cu_k, limits);
+    SavedOperandsHeader expected = saved.expected;
+    set_cu_seqlens_checksum(expected, block_checksum);
     if (saved.write != nullptr) {
-      SavedOperandsHeader header = saved.expected;
-      if (result.code != kDeviceStatusOk) header.magic = 0;
-      *saved.write = header;
+      if (result.code != kDeviceStatusOk) expected.magic = 0;
+      *saved.write = expected;
     }
     if (saved.compare_with != nullptr && result.code == kDeviceStatusOk)
-      result = compare_saved_header(*saved.compare_with, saved.expected);
+      result = compare_saved_header(*saved.compare_with, expected);
     *record = result;
   }
 }

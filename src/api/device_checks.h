@@ -16,7 +16,8 @@ namespace flamia::api {
 
 // The saved-operands header's part of the check (saved_operands.h): the forward writes
 // `expected` to `write` (magic 0 when cu_seqlens are invalid); the backward compares the header
-// at `compare_with` with `expected`. Both null: no saved operands.
+// at `compare_with` with `expected`. The kernel fills in the checksum words of `expected` from
+// the cu_seqlens it reads (seqlens_checksum.h). Both null: no saved operands, no checksum.
 struct SavedOperandsCheck {
   SavedOperandsHeader* write = nullptr;
   const SavedOperandsHeader* compare_with = nullptr;

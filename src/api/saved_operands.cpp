@@ -23,9 +23,21 @@ SavedOperandsHeader saved_operands_header(const flamia_problem& p) {
 namespace {
 
 // SavedOperandsHeader's words, in order.
-constexpr const char* kHeaderFieldNames[kSavedOperandsHeaderFields] = {
-    "magic",    "batch",    "total_q",    "total_k",      "heads_q",
-    "heads_kv", "head_dim", "scale_mode", "key_smoothing"};
+constexpr const char* kHeaderFieldNames[kSavedOperandsHeaderFields] = {"magic",
+                                                                       "batch",
+                                                                       "total_q",
+                                                                       "total_k",
+                                                                       "heads_q",
+                                                                       "heads_kv",
+                                                                       "head_dim",
+                                                                       "scale_mode",
+                                                                       "key_smoothing",
+                                                                       "cu_seqlens_checksum_low",
+                                                                       "cu_seqlens_checksum_high"};
+
+bool is_checksum_field(int field) {
+  return field == kSavedOperandsChecksumLowField || field == kSavedOperandsChecksumHighField;
+}
 
 }  // namespace
 
@@ -35,6 +47,16 @@ flamia_status fail_saved_operands(const char* where, const DeviceStatusRecord& m
                 "%s: saved_operands were not filled by a successful flamia_forward (their header "
                 "word is 0x%08x); pass the buffer given to the forward of this problem, or NULL",
                 where, uint32_t(mismatch.entry));
+  }
+  if (is_checksum_field(mismatch.index)) {
+    // Every size matched: a forward of another batch with the same batch count and totals.
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+                "%s: saved_operands were filled by a forward with other cu_seqlens contents "
+                "(the same batch, totals and heads, but the checksum of cu_seqlens_q and "
+                "cu_seqlens_k differs: %s = 0x%08x in the buffer, 0x%08x for this problem); pass "
+                "the buffer given to the forward of this problem, or NULL",
+                where, kHeaderFieldNames[mismatch.index], uint32_t(mismatch.entry),
+                uint32_t(mismatch.next_entry));
   }
   const int field = mismatch.index < kSavedOperandsHeaderFields ? mismatch.index : 0;
   return fail(FLAMIA_ERROR_INVALID_ARGUMENT,

@@ -2,7 +2,8 @@
 // forward's quantize pass writes Q, K and V there in every layout the FP8 backward reads, so
 // the backward reads no BF16 q, k, v and runs only the dO job of its quantize pass.
 //
-//   SavedOperandsHeader (what the forward wrote it for; checked on the device by the backward)
+//   SavedOperandsHeader (what the forward wrote it for, with a checksum of its cu_seqlens;
+//                        checked on the device by the backward)
 //   ForwardOperands: Q̂, K̂ (from k - m), V̂ᵀ (values, exponents); no lse_shift (the workspace's)
 //   Q̂ᵀ (values; Q̂'s exponents), K̂cᵀ (values, exponents), V̂ (values; V̂ᵀ's exponents)
 //
@@ -15,13 +16,15 @@
 #include <cstdint>
 
 #include "api/device_status.h"
+#include "api/seqlens_rules.h"
 #include "common/layout.h"
 #include "flamia/flamia.h"
 
 namespace flamia::api {
 
 // What a saved-operands buffer was written for. The forward's cu_seqlens check kernel writes
-// it (magic only when cu_seqlens are valid); the backward's compares it field by field.
+// it (magic only when cu_seqlens are valid); the backward's compares it field by field, in
+// order, so a size mismatch is named before the checksum it also changes.
 struct SavedOperandsHeader {
   uint32_t magic = 0;
   int32_t batch = 0;
@@ -32,14 +35,34 @@ struct SavedOperandsHeader {
   int32_t head_dim = 0;
   int32_t scale_mode = 0;
   int32_t key_smoothing = 0;
+  // seqlens_checksum (seqlens_checksum.h) of cu_seqlens_q and cu_seqlens_k, as two 32-bit
+  // words (a uint64_t member would add padding to the word-by-word comparison). Computed on the
+  // device by each pass's check kernel; the host leaves them 0 in saved_operands_header.
+  uint32_t cu_seqlens_checksum_low = 0;
+  uint32_t cu_seqlens_checksum_high = 0;
 };
-constexpr uint32_t kSavedOperandsMagic = 0x464C5301u;  // "FLS" + layout version 1
+// "FLS" + layout version 2 (version 1 had no cu_seqlens checksum).
+constexpr uint32_t kSavedOperandsMagic = 0x464C5302u;
 constexpr int kSavedOperandsHeaderFields = sizeof(SavedOperandsHeader) / sizeof(int32_t);
 static_assert(sizeof(SavedOperandsHeader) == kSavedOperandsHeaderFields * sizeof(int32_t),
               "the header is compared as an array of 32-bit words");
+static_assert(sizeof(SavedOperandsHeader) <= kWorkspaceAlignment,
+              "the header fits its 256-byte slot at the start of the buffer");
+// The word indices of the checksum (for the mismatch message).
+constexpr int kSavedOperandsChecksumLowField =
+    offsetof(SavedOperandsHeader, cu_seqlens_checksum_low) / sizeof(int32_t);
+constexpr int kSavedOperandsChecksumHighField =
+    offsetof(SavedOperandsHeader, cu_seqlens_checksum_high) / sizeof(int32_t);
+constexpr int kChecksumHighShift = 32;
 
-// The header a problem's forward writes and its backward expects.
+// The header a problem's forward writes and its backward expects, but for the checksum words
+// (set_cu_seqlens_checksum: only the device reads cu_seqlens).
 SavedOperandsHeader saved_operands_header(const flamia_problem& problem);
+
+FLAMIA_SEQLENS_HD void set_cu_seqlens_checksum(SavedOperandsHeader& header, uint64_t checksum) {
+  header.cu_seqlens_checksum_low = uint32_t(checksum);
+  header.cu_seqlens_checksum_high = uint32_t(checksum >> kChecksumHighShift);
+}
 
 struct SavedOperandsLayout {
   SavedOperandsHeader* header = nullptr;

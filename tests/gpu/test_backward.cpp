@@ -277,10 +277,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, BackwardApiTest, ::testing::ValuesIn(api_cases(
                          [](const auto& info) { return info.param.name; });
 
 // Saved operands of another problem, or never written: the backward reports it through the
-// device status and its outputs are NaN (they never read the wrong operands silently).
+// device status and its outputs are NaN (they never read the wrong operands silently). Every
+// element must be a NaN the call wrote: ApiProblem::backward poisons the outputs with 0xFFFF
+// first, which is a NaN too but not the poison pass's.
+constexpr uint16_t kTestPoisonBits = 0xFFFF;
 bool all_nan(const std::vector<uint16_t>& bits) {
   for (uint16_t b : bits)
-    if (!std::isnan(ref::bf16_to_float(b))) return false;
+    if (!std::isnan(ref::bf16_to_float(b)) || b == kTestPoisonBits) return false;
   return !bits.empty();
 }
 
@@ -320,6 +323,61 @@ TEST(BackwardSavedOperands, NeverWrittenAreReported) {
   FLAMIA_REQUIRE_SM90();
   expect_saved_operands_rejected([](flamia_problem&) {}, false,
                                  "were not filled by a successful flamia_forward");
+}
+
+// Saved operands of a forward of another batch with the same sizes (batch count, totals,
+// heads, longest document): only the header's checksum of cu_seqlens tells them apart. The
+// filling forward's own backward reads them; the other batch's backward reports them.
+void expect_other_batch_rejected(const BackwardCase& filled_case, const BackwardCase& other_case) {
+  const ref::Problem filled = make_case_problem(filled_case);
+  const ref::Problem other = make_case_problem(other_case);
+  ASSERT_EQ(filled.batch(), other.batch());
+  ASSERT_EQ(filled.total_q(), other.total_q());
+  ASSERT_EQ(filled.total_k(), other.total_k());
+  ASSERT_TRUE(filled.cu_seqlens_q != other.cu_seqlens_q ||
+              filled.cu_seqlens_k != other.cu_seqlens_k);
+  ApiProblem filling(filled, make_case_inputs(filled_case, filled));
+  ApiProblem reading(other, make_case_inputs(other_case, other));
+  ASSERT_NO_FATAL_FAILURE(filling.forward(/*save=*/true));
+  ASSERT_NO_FATAL_FAILURE(reading.forward());  // its own O and {M, l}, no buffer
+
+  ApiRun matching;  // flamia_check_device_status must give FLAMIA_OK
+  ASSERT_NO_FATAL_FAILURE(
+      filling.backward(FLAMIA_PRECISION_FP8, false, &matching, &filling.saved()));
+  EXPECT_EQ(count_not_finite(bits_to_float(matching.dq)), 0u);
+  EXPECT_EQ(count_not_finite(bits_to_float(matching.dk)), 0u);
+  EXPECT_EQ(count_not_finite(bits_to_float(matching.dv)), 0u);
+
+  ApiRun run;
+  ASSERT_NO_FATAL_FAILURE(reading.backward(FLAMIA_PRECISION_FP8, false, &run, &filling.saved(),
+                                           FLAMIA_ERROR_INVALID_ARGUMENT));
+  const std::string message = flamia_last_error_message();
+  EXPECT_NE(message.find("saved_operands were filled by a forward with other cu_seqlens"),
+            std::string::npos)
+      << message;
+  EXPECT_TRUE(all_nan(run.dq) && all_nan(run.dk) && all_nan(run.dv));
+}
+
+// cu_seqlens {0, 17, 130, 243} filled the buffer; {0, 113, 130, 243} reads it (both arrays).
+TEST(BackwardSavedOperands, OfAnotherBatchOfTheSameSizesAreReported) {
+  FLAMIA_REQUIRE_SM90();
+  const BackwardCase filled{"saved_batch_a", {17, 113, 113}, {}, 4, 2, 128, true};
+  BackwardCase other = filled;
+  other.name = "saved_batch_b";
+  other.q_docs = {113, 17, 113};
+  ASSERT_EQ(make_case_problem(filled).cu_seqlens_q, (std::vector<int32_t>{0, 17, 130, 243}));
+  ASSERT_EQ(make_case_problem(other).cu_seqlens_q, (std::vector<int32_t>{0, 113, 130, 243}));
+  expect_other_batch_rejected(filled, other);
+}
+
+// Only cu_seqlens_k differs (no causal rule ties the two arrays).
+TEST(BackwardSavedOperands, OfOtherKeyDocumentsAreReported) {
+  FLAMIA_REQUIRE_SM90();
+  const BackwardCase filled{"saved_keys_a", {40, 1, 100}, {17, 113, 113}, 4, 2, 64, false};
+  BackwardCase other = filled;
+  other.name = "saved_keys_b";
+  other.k_docs = {113, 17, 113};
+  expect_other_batch_rejected(filled, other);
 }
 
 }  // namespace
