@@ -115,6 +115,45 @@ def training_forward_table(work: dict) -> list[str]:
             "fwd+bwd, quantized again (FLAMIA_KEEP_OPERANDS=0) |", "|---|---|---|---|---|"] + rows
 
 
+# Kernel name fragments -> the column of the training-step profile (in this order; the rest are
+# the small kernels: argument checks, schedules, row factors, fills, memsets).
+STEP_PARTS = (("forward quantize", "quantize_tensor_kernel<", ", false>"),
+              ("forward kernel", "forward_kernel<", ""),
+              ("dO job", "quantize_tensor_kernel<", ", true>"),
+              ("backward kernel", "backward_kernel<", ""),
+              ("dQ to BF16", "convert_dq_kernel", ""))
+
+
+def step_part(name: str) -> str:
+    for label, head, tail in STEP_PARTS:
+        if head in name and tail in name:
+            return label
+    return "small kernels"
+
+
+def training_step_table(profile: dict) -> list[str]:
+    """Where a training step's attention time goes (bench/profile_forward_call.py --backward:
+    the kernels of one forward with a gradient wanted and its backward, best of N calls)."""
+    rows = []
+    labels = [label for label, _, _ in STEP_PARTS] + ["small kernels"]
+    for name, r in profile.get("workloads", {}).items():
+        call = r["best_call"]
+        parts = dict.fromkeys(labels, 0.0)
+        for k in call["kernels"]:
+            parts[step_part(k["name"])] += k["us"]
+        total = call["kernel_us"]
+        outside = total - parts["forward kernel"] - parts["backward kernel"]
+        rows.append(f"| {name} | " + " | ".join(f"{parts[x]:.0f}" for x in labels) +
+                    f" | {total:.0f} | {100 * outside / total:.0f}% |")
+    if not rows:
+        return []
+    return ["", f"One training step's attention on the GPU, us per kernel group "
+                f"(`{profile.get('command', 'bench/profile_forward_call.py --backward')}`, "
+                f"commit {profile.get('commit', '?')}; best of {profile.get('calls', '?')} calls):", "",
+            "| workload | " + " | ".join(labels) + " | total | outside the two attention kernels |",
+            "|---|" + "---|" * (len(labels) + 2)] + rows
+
+
 def markdown(results: dict) -> str:
     lines = [f"# flamia on {results.get('device', 'H200')}", "",
              f"Commit `{results.get('commit', '?')}`; command: `{results.get('command', '')}`.", ""]
@@ -156,6 +195,8 @@ def markdown(results: dict) -> str:
                 lines.append(f"| {name} | {label} | {r['fwd_kernel_ms']:.3f} | "
                              f"{mine:.3f} |" if mine else f"| {name} | {label} | "
                              f"{r['fwd_kernel_ms']:.3f} | - |")
+    if results.get("training_step_profile"):
+        lines += training_step_table(results["training_step_profile"])
     extra = results.get("attention_extra", {}).get("workloads", {})
     if extra:
         lines += ["", "## Workloads beyond the public ones (bench/workloads_extra.json)"]
