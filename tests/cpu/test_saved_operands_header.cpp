@@ -29,6 +29,21 @@ Cu cu_from_lengths(const std::vector<int>& lengths) {
   return cu;
 }
 
+// Random document lengths in [0, max_length] for the queries and the keys.
+struct RandomPacking {
+  std::vector<int> q_lengths, k_lengths;
+  Cu q, k;
+};
+RandomPacking random_packing(std::mt19937& rng, int documents, int max_length) {
+  std::uniform_int_distribution<int> length(0, max_length);
+  RandomPacking r{std::vector<int>(documents), std::vector<int>(documents), {}, {}};
+  for (int& n : r.q_lengths) n = length(rng);
+  for (int& n : r.k_lengths) n = length(rng);
+  r.q = cu_from_lengths(r.q_lengths);
+  r.k = cu_from_lengths(r.k_lengths);
+  return r;
+}
+
 uint64_t checksum(const Cu& q, const Cu& k) {
   EXPECT_EQ(q.size(), k.size());
   return seqlens_checksum(q.data(), k.data(), int32_t(q.size()) - 1);
@@ -86,14 +101,10 @@ TEST(SavedOperandsChecksum, SmallChangesNeverCollide) {
   std::mt19937 rng(std::random_device{}());
   const uint32_t seed = rng();
   rng.seed(seed);
-  std::uniform_int_distribution<int> length(0, 300);
   for (int documents : {1, 2, 17, 113}) {
-    std::vector<int> q_lengths(documents);
-    std::vector<int> k_lengths(documents);
-    for (int& n : q_lengths) n = length(rng);
-    for (int& n : k_lengths) n = length(rng);
-    const Cu q = cu_from_lengths(q_lengths);
-    const Cu k = cu_from_lengths(k_lengths);
+    const RandomPacking packing = random_packing(rng, documents, 300);
+    const Cu& q = packing.q;
+    const Cu& k = packing.k;
     std::set<Cu> contents_seen;  // (q, k) concatenated: equal contents may repeat
     std::set<uint64_t> checksums;
     auto add = [&](const Cu& q_variant, const Cu& k_variant) {
@@ -115,7 +126,7 @@ TEST(SavedOperandsChecksum, SmallChangesNeverCollide) {
         add(q, k_variant);
       }
     for (int d = 0; d + 1 < documents; ++d) {
-      std::vector<int> swapped = q_lengths;
+      std::vector<int> swapped = packing.q_lengths;
       std::swap(swapped[d], swapped[d + 1]);
       add(cu_from_lengths(swapped), k);
     }
@@ -128,14 +139,10 @@ TEST(SavedOperandsChecksum, SameForAnySplitOverThreads) {
   std::mt19937 rng(std::random_device{}());
   const uint32_t seed = rng();
   rng.seed(seed);
-  std::uniform_int_distribution<int> length(0, 2049);
   for (int documents : {1, 17, 113, 2049}) {
-    std::vector<int> q_lengths(documents);
-    std::vector<int> k_lengths(documents);
-    for (int& n : q_lengths) n = length(rng);
-    for (int& n : k_lengths) n = length(rng);
-    const Cu q = cu_from_lengths(q_lengths);
-    const Cu k = cu_from_lengths(k_lengths);
+    const RandomPacking packing = random_packing(rng, documents, 2049);
+    const Cu& q = packing.q;
+    const Cu& k = packing.k;
     const uint64_t serial = checksum(q, k);
     for (int threads : {1, 32, 33, 256, 1024, 4096})
       EXPECT_EQ(checksum_split(q, k, threads, 32), serial)
