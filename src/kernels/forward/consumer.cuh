@@ -171,7 +171,6 @@ template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize>
 __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
                                              int consumer) {
   using Tile = ForwardTile<kHeadDim>;
-  constexpr int kBlockN = Tile::kBlockN;
   hopper::warpgroup_registers_increase<kFusedQuantize ? Tile::kFusedConsumerRegisters
                                                       : Tile::kConsumerRegisters>();
   const int thread = threadIdx.x % kWarpgroupThreads;
