@@ -44,9 +44,70 @@ __device__ __forceinline__ void for_each_entry(const int32_t* cu_q, const int32_
   }
 }
 
-// One CTA: a counting sort of the pairs with keys by bin. Thread t owns documents t,
-// t + kPlanThreads, ... and walks each one's tiles in increasing order in both passes (see the
-// header on stability). The entries past the pairs keep the launch's kNoKeyTile fill.
+constexpr int kWarpSize = 32;
+constexpr unsigned kFullWarp = 0xFFFFFFFFu;
+constexpr int kPlanWarps = kPlanThreads / kWarpSize;
+// Up to this many documents, the plan gives each document a warp whose lanes split its key tiles
+// (32 at a time, in increasing order); beyond, a thread per document (for_each_entry). One
+// thread walking a long document's tiles took 18-30 us of every backward on equal-8k and
+// longtail-d64-gqa.
+constexpr int kMaxDocumentsForWarps = 4 * kPlanWarps;
+
+// Warp mode: the document's entries 32 tiles at a time. Lane l holds tile base + l; `valid`
+// whether it has keys (tiles past the first empty one are empty too). A packing document's run
+// entry (if it starts one) is lane 0's. place(entry, bin, valid) is called by all lanes; it
+// returns false to stop (a chunk with no valid lane).
+template <typename Place>
+__device__ __forceinline__ void for_each_entry_chunk(const int32_t* cu_q, const int32_t* cu_k,
+                                                     int batch, int doc, int key_tiles_per_doc,
+                                                     bool causal, bool pack_documents,
+                                                     Place&& place) {
+  const int lane = threadIdx.x % kWarpSize;
+  if (pack_documents && document_packs(cu_q, cu_k, doc)) {
+    const bool starts = lane == 0 && starts_packed_run(cu_q, cu_k, doc);
+    int32_t entry = 0;
+    int bin = 0;
+    if (starts) {
+      const int documents = packed_run_length(cu_q, cu_k, batch, doc);
+      entry = packed_run_entry(doc, documents);
+      bin = cost_bin(make_packed_item(cu_q, cu_k, doc, documents, 0), causal);
+    }
+    place(entry, bin, starts);
+    return;
+  }
+  const KeyTileItem first = make_key_tile_item(cu_q, cu_k, doc, 0, 0);
+  for (int base = 0; base < key_tiles_per_doc; base += kWarpSize) {
+    const int tile = base + lane;
+    KeyTileItem item = first;
+    item.tile = tile;
+    item.key0 = first.key0 + tile * kBlockN;
+    const bool valid = tile < key_tiles_per_doc && !key_tile_is_empty(item);
+    place(doc * key_tiles_per_doc + tile, valid ? cost_bin(item, causal) : 0, valid);
+    if (!__any_sync(kFullWarp, valid)) return;
+  }
+}
+
+// Places the valid lanes' entries of one chunk: lanes that share a bin take consecutive slots in
+// lane (tile) order, after every entry the warp placed in that bin before (its earlier chunks):
+// a document's tiles stay in increasing order among ties, as deterministic dQ needs.
+__device__ __forceinline__ void place_chunk(int* bins, int32_t* tile_order, int slots,
+                                            int32_t entry, int bin, bool valid) {
+  const int lane = threadIdx.x % kWarpSize;
+  const unsigned active = __ballot_sync(kFullWarp, valid);
+  if (!valid) return;
+  const unsigned same = __match_any_sync(active, bin);
+  const int leader = __ffs(same) - 1;
+  int first = 0;
+  if (lane == leader) first = atomicAdd(&bins[bin], __popc(same));
+  first = __shfl_sync(same, first, leader);
+  const int at = first + __popc(same & ((1u << lane) - 1u));
+  if (at < slots) tile_order[at] = entry;  // always (the bound)
+}
+
+// One CTA: a counting sort of the pairs with keys by bin. Thread mode: thread t owns documents
+// t, t + kPlanThreads, ... and walks each one's tiles in increasing order in both passes (see the
+// header on stability); warp mode (few documents): warp w owns documents w, w + kPlanWarps, ...
+// (place_chunk keeps the order). The entries past the pairs keep the launch's kNoKeyTile fill.
 __global__ void __launch_bounds__(kPlanThreads)
     backward_schedule_kernel(const int32_t* cu_q, const int32_t* cu_k, int batch,
                              int key_tiles_per_doc, int slots, bool causal, bool pack_documents,
@@ -58,19 +119,37 @@ __global__ void __launch_bounds__(kPlanThreads)
   if (device_status != nullptr && *device_status != kDeviceStatusOk) return;
   for (int i = tid; i < kCostBins; i += kPlanThreads) bins[i] = 0;
   __syncthreads();
+  const bool warp_mode = batch <= kMaxDocumentsForWarps;
   auto entries = [&](int doc, auto&& visit) {
     for_each_entry(cu_q, cu_k, batch, doc, key_tiles_per_doc, causal, pack_documents, visit);
   };
-  for (int doc = tid; doc < batch; doc += kPlanThreads)
-    entries(doc, [&](int32_t, int bin) { atomicAdd(&bins[bin], 1); });
+  auto chunks = [&](int doc, auto&& place) {
+    for_each_entry_chunk(cu_q, cu_k, batch, doc, key_tiles_per_doc, causal, pack_documents, place);
+  };
+  if (warp_mode) {
+    for (int doc = tid / kWarpSize; doc < batch; doc += kPlanWarps)
+      chunks(doc, [&](int32_t, int bin, bool valid) {
+        if (valid) atomicAdd(&bins[bin], 1);
+      });
+  } else {
+    for (int doc = tid; doc < batch; doc += kPlanThreads)
+      entries(doc, [&](int32_t, int bin) { atomicAdd(&bins[bin], 1); });
+  }
   __syncthreads();
   bin_counts_to_offsets<kPlanThreads, kCostBins>(bins, scratch);
   __syncthreads();
-  for (int doc = tid; doc < batch; doc += kPlanThreads)
-    entries(doc, [&](int32_t entry, int bin) {
-      const int at = atomicAdd(&bins[bin], 1);
-      if (at < slots) tile_order[at] = entry;  // always (the bound)
-    });
+  if (warp_mode) {
+    for (int doc = tid / kWarpSize; doc < batch; doc += kPlanWarps)
+      chunks(doc, [&](int32_t entry, int bin, bool valid) {
+        place_chunk(bins, tile_order, slots, entry, bin, valid);
+      });
+  } else {
+    for (int doc = tid; doc < batch; doc += kPlanThreads)
+      entries(doc, [&](int32_t entry, int bin) {
+        const int at = atomicAdd(&bins[bin], 1);
+        if (at < slots) tile_order[at] = entry;  // always (the bound)
+      });
+  }
 }
 
 }  // namespace

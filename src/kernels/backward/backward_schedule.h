@@ -19,7 +19,9 @@
 //
 // Deterministic dQ needs the key tiles of one document in increasing order: the work of a
 // document's key tiles never increases with the tile index (causal visibility is monotone), and
-// one thread places all of a document's tiles, in increasing order, so ties keep that order.
+// the plan places a document's tiles in increasing order among ties: one thread walks them in
+// order (many documents), or one warp takes 32 at a time and ranks the lanes that share a bin
+// in lane order (few documents). tests/gpu/test_backward_schedule.cpp checks both.
 #pragma once
 
 #include <cuda_runtime.h>
