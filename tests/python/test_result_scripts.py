@@ -76,3 +76,29 @@ def test_profile_forward_call_gaps_and_totals():
     assert [k["gap_before_us"] for k in s["kernels"]] == [0.0, 10.0, 5.0]
     assert s["kernel_us"] == 355.0 and s["gpu_span_us"] == 370.0 and s["wall_us"] == 600.0
     assert summarize_call([], 1.0)["gpu_span_us"] == 0.0
+
+
+def test_training_step_table_groups_kernels(tmp_path):
+    """collect_results.training_step_table: each profiled kernel in its group, the rest among
+    the small kernels, and the share outside the two attention kernels."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import collect_results
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    names_us = [("check_seqlens_kernel(int const*)", 2.0),
+                ("void flamia::quantize::quantize_tensor_kernel<128, false>(JobBatch)", 250.0),
+                ("void flamia::forward::forward_kernel<128, false, false>(Params)", 500.0),
+                ("void flamia::quantize::quantize_tensor_kernel<128, true>(JobBatch)", 240.0),
+                ("void flamia::backward::backward_kernel<128, false, false>(Params)", 1500.0),
+                ("void flamia::backward::convert_dq_kernel<128>(float const*)", 100.0),
+                ("Memset (Device)", 8.0)]
+    kernels = [{"name": n, "us": us} for n, us in names_us]
+    profile = {"commit": "abc", "calls": 3, "workloads": {"w": {"best_call": {
+        "kernels": kernels, "kernel_us": sum(us for _, us in names_us)}}}}
+    lines = collect_results.training_step_table(profile)
+    row = next(line for line in lines if line.startswith("| w |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    # workload, forward quantize, forward kernel, dO job, backward kernel, dQ, small, total, %
+    assert cells[1:] == ["250", "500", "240", "1500", "100", "10", "2600", "23%"]
+    assert collect_results.training_step_table({"workloads": {}}) == []
