@@ -106,11 +106,10 @@ int key_tiles_with_keys(const std::vector<int32_t>& cu_k, int key_tiles_per_doc)
   return count;
 }
 
-// The launch's tile count per document (backward_launch.cu).
+// The launch's key tiles per document (backward_launch.cu).
 int tiles_per_doc(const std::vector<int>& lengths) {
-  int longest = 0;
-  for (int len : lengths) longest = std::max(longest, len);
-  return (longest + kPermutationGroup - 1 + kBlockN - 1) / kBlockN;
+  const int longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
+  return key_tiles_per_document(longest);
 }
 
 int bound_of(const std::vector<int>& lengths) {

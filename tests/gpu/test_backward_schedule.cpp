@@ -32,10 +32,10 @@ struct ScheduleCase {
   bool pack;
 };
 
-// backward_launch.cu's key tiles per document and CTAs per KV head.
+// The launch's key tiles per document (backward_launch.cu).
 int tiles_per_doc(const std::vector<int>& lengths) {
   const int longest = lengths.empty() ? 0 : *std::max_element(lengths.begin(), lengths.end());
-  return (longest + kPermutationGroup - 1 + kBlockN - 1) / kBlockN;
+  return backward::key_tiles_per_document(longest);
 }
 
 // An order entry and the work (query tiles) that sorts it.

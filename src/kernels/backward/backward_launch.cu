@@ -36,10 +36,8 @@ size_t dq_semaphore_bytes(const PackedShape& s) {
   return size_t(s.heads_q) * s.total_q * sizeof(int32_t);
 }
 
-// Key tiles per document: a document's tiles start at floor16(k_start), so up to 15 keys of the
-// previous document precede its first key in the first tile.
 int key_tiles_per_doc(const PackedShape& s) {
-  return (s.max_seqlen_k + kPermutationGroup - 1 + backward::kBlockN - 1) / backward::kBlockN;
+  return backward::key_tiles_per_document(s.max_seqlen_k);
 }
 
 // CTAs per KV head: a bound on the key tiles with keys (key_tiles.h).

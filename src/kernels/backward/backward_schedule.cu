@@ -17,6 +17,17 @@ __device__ __forceinline__ int cost_bin(const KeyTileItem& item, bool causal) {
   return kCostBins - 1 - work;
 }
 
+// Whether packing document `doc` starts a run, and then the run's entry and bin.
+__device__ __forceinline__ bool packed_run_start(const int32_t* cu_q, const int32_t* cu_k,
+                                                 int batch, int doc, bool causal, int32_t& entry,
+                                                 int& bin) {
+  if (!starts_packed_run(cu_q, cu_k, doc)) return false;
+  const int documents = packed_run_length(cu_q, cu_k, batch, doc);
+  entry = packed_run_entry(doc, documents);
+  bin = cost_bin(make_packed_item(cu_q, cu_k, doc, documents, 0), causal);
+  return true;
+}
+
 // Visits the order entries of the document: its key tiles with keys, in increasing order (they
 // come first: key0 grows with the tile index), or, pack_documents, its run's entry if it starts
 // one and none if it packs otherwise. visit(entry, bin).
@@ -25,20 +36,16 @@ __device__ __forceinline__ void for_each_entry(const int32_t* cu_q, const int32_
                                                int doc, int key_tiles_per_doc, bool causal,
                                                bool pack_documents, Visit&& visit) {
   if (pack_documents && document_packs(cu_q, cu_k, doc)) {
-    if (starts_packed_run(cu_q, cu_k, doc)) {
-      const int documents = packed_run_length(cu_q, cu_k, batch, doc);
-      visit(packed_run_entry(doc, documents),
-            cost_bin(make_packed_item(cu_q, cu_k, doc, documents, 0), causal));
-    }
+    int32_t entry;
+    int bin;
+    if (packed_run_start(cu_q, cu_k, batch, doc, causal, entry, bin)) visit(entry, bin);
     return;
   }
   // The document's bounds are read once (per tile, the loads came after the previous tile's
   // order store, which may alias cu_seqlens, so they were issued again every tile).
   const KeyTileItem first = make_key_tile_item(cu_q, cu_k, doc, 0, 0);
   for (int tile = 0; tile < key_tiles_per_doc; ++tile) {
-    KeyTileItem item = first;
-    item.tile = tile;
-    item.key0 = first.key0 + tile * kBlockN;
+    const KeyTileItem item = nth_key_tile(first, tile);
     if (key_tile_is_empty(item)) return;
     visit(doc * key_tiles_per_doc + tile, cost_bin(item, causal));
   }
@@ -54,9 +61,9 @@ constexpr int kPlanWarps = kPlanThreads / kWarpSize;
 constexpr int kMaxDocumentsForWarps = 4 * kPlanWarps;
 
 // Warp mode: the document's entries 32 tiles at a time. Lane l holds tile base + l; `valid`
-// whether it has keys (tiles past the first empty one are empty too). A packing document's run
-// entry (if it starts one) is lane 0's. place(entry, bin, valid) is called by all lanes; it
-// returns false to stop (a chunk with no valid lane).
+// whether it has keys (tiles past the first empty one are empty too, so the walk ends at the
+// first chunk without a valid lane). A packing document's run entry (if it starts one) is lane
+// 0's. place(entry, bin, valid) is called by all lanes of the warp.
 template <typename Place>
 __device__ __forceinline__ void for_each_entry_chunk(const int32_t* cu_q, const int32_t* cu_k,
                                                      int batch, int doc, int key_tiles_per_doc,
@@ -64,23 +71,16 @@ __device__ __forceinline__ void for_each_entry_chunk(const int32_t* cu_q, const 
                                                      Place&& place) {
   const int lane = threadIdx.x % kWarpSize;
   if (pack_documents && document_packs(cu_q, cu_k, doc)) {
-    const bool starts = lane == 0 && starts_packed_run(cu_q, cu_k, doc);
     int32_t entry = 0;
     int bin = 0;
-    if (starts) {
-      const int documents = packed_run_length(cu_q, cu_k, batch, doc);
-      entry = packed_run_entry(doc, documents);
-      bin = cost_bin(make_packed_item(cu_q, cu_k, doc, documents, 0), causal);
-    }
+    const bool starts = lane == 0 && packed_run_start(cu_q, cu_k, batch, doc, causal, entry, bin);
     place(entry, bin, starts);
     return;
   }
   const KeyTileItem first = make_key_tile_item(cu_q, cu_k, doc, 0, 0);
   for (int base = 0; base < key_tiles_per_doc; base += kWarpSize) {
     const int tile = base + lane;
-    KeyTileItem item = first;
-    item.tile = tile;
-    item.key0 = first.key0 + tile * kBlockN;
+    const KeyTileItem item = nth_key_tile(first, tile);
     const bool valid = tile < key_tiles_per_doc && !key_tile_is_empty(item);
     place(doc * key_tiles_per_doc + tile, valid ? cost_bin(item, causal) : 0, valid);
     if (!__any_sync(kFullWarp, valid)) return;

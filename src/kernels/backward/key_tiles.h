@@ -52,6 +52,21 @@ FLAMIA_HD bool key_tile_is_empty(const KeyTileItem& item) {
   return item.span.k_end <= item.span.k_start || item.key0 >= item.span.k_end;
 }
 
+// Key tile slots per document, from the longest document's keys: a document's tiles start at
+// floor16(k_start), so up to kPermutationGroup - 1 keys of the previous document precede its
+// first key in the first tile.
+FLAMIA_HD int key_tiles_per_document(int max_seqlen_k) {
+  return (max_seqlen_k + kPermutationGroup - 1 + kBlockN - 1) / kBlockN;
+}
+
+// The document's key tile `tile`, from its tile 0 (whose bounds hold the document's).
+FLAMIA_HD KeyTileItem nth_key_tile(const KeyTileItem& first, int tile) {
+  KeyTileItem item = first;
+  item.tile = tile;
+  item.key0 = first.key0 + tile * kBlockN;
+  return item;
+}
+
 // A bound on the key tiles with keys, summed over the documents, from the host's totals: a
 // document of len keys has ceil((k_end - floor16(k_start)) / kBlockN) tiles, and
 // k_end - floor16(k_start) <= len + kPermutationGroup - 1, so at most
