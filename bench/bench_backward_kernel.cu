@@ -108,6 +108,10 @@ int main(int argc, char** argv) {
   const double ms = median_ms(kWarmupLaunches, w.iters, nullptr,
                               [&] { CHECK(flamia::launch_backward(a, nullptr)); });
   // dK and dV are bitwise reproducible (no atomics); dQ only with --deterministic.
+#if FLAMIA_TIMELINE
+  write_timeline(flamia::timeline::reset_backward, flamia::timeline::copy_backward,
+                 [&] { CHECK(flamia::launch_backward(a, nullptr)); });
+#endif
   const std::string hashes = output_hashes_json(
       {{"dq", dq, q_bytes * 2}, {"dk", dk, kv_bytes * 2}, {"dv", dv, kv_bytes * 2}});
   print_timing_json(ms, flops, total, hashes.c_str());

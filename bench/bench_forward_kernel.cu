@@ -57,6 +57,10 @@ int main(int argc, char** argv) {
   args.scheduler_workspace = sched;
   const double ms = median_ms(kWarmupLaunches, w.iters, nullptr,
                               [&] { CHECK(flamia::launch_forward(args, nullptr)); });
+#if FLAMIA_TIMELINE
+  write_timeline(flamia::timeline::reset_forward, flamia::timeline::copy_forward,
+                 [&] { CHECK(flamia::launch_forward(args, nullptr)); });
+#endif
   const std::string hashes = output_hashes_json({{"o", o, q_bytes * 2},
                                                  {"lse", lse, size_t(heads_q) * total * 4},
                                                  {"stats", stats, size_t(heads_q) * total * 8}});

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "common/layout.h"
+#include "kernels/common/timeline.h"
 
 #define CHECK(x)                                                          \
   do {                                                                    \
@@ -163,6 +164,25 @@ inline double median_ms(int warmup, int repeats, cudaStream_t stream,
   CHECK(cudaEventDestroy(stop));
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
+}
+
+// The timeline probe (kernels/common/timeline.h, builds with FLAMIA_TIMELINE only): one more
+// launch with the stamps zeroed, written to the file FLAMIA_TIMELINE_OUT names (raw uint64,
+// timeline::kSlots x kEvents) for bench/timeline_report.py. Without the option: nothing.
+inline void write_timeline(const std::function<void()>& reset,
+                           const std::function<void(uint64_t*)>& copy,
+                           const std::function<void()>& run) {
+  const char* path = std::getenv("FLAMIA_TIMELINE_OUT");
+  if (path == nullptr) return;
+  reset();
+  run();
+  CHECK(cudaDeviceSynchronize());
+  std::vector<uint64_t> stamps(size_t(timeline::kSlots) * timeline::kEvents);
+  copy(stamps.data());
+  FILE* f = std::fopen(path, "wb");
+  if (f == nullptr) return;
+  std::fwrite(stamps.data(), sizeof(uint64_t), stamps.size(), f);
+  std::fclose(f);
 }
 
 // FNV-1a over a device buffer's bytes (after the timed launches): two builds that must agree

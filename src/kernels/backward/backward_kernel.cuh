@@ -41,6 +41,7 @@
 #include "kernels/backward/tile_factors.cuh"
 #include "kernels/backward/tile_geometry.cuh"
 #include "kernels/backward/tile_loads.cuh"
+#include "kernels/common/timeline.cuh"
 #include "kernels/hopper/sync.cuh"
 #include "kernels/hopper/wgmma.cuh"
 
@@ -352,6 +353,10 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   Storage& smem = *reinterpret_cast<Storage*>(
       smem_raw + ((kTileAlignment - misalignment) & (kTileAlignment - 1)));
 
+  // Timeline probe events (timeline.h; empty in production builds): 0 entry, 1 first step
+  // ready, 2 steps done, 3 dK/dV written (thread 0); 4 scales stored, 5 steps done, 6 reductions
+  // complete (the dQ warpgroup's first thread).
+  if (threadIdx.x == 0) timeline::stamp(blockIdx.x, 0);
   const int pair = key_tile_pair(p);
   if (p.device_status != nullptr && *p.device_status != kDeviceStatusOk) return;
   if (pair == kNoKeyTile) return;
@@ -394,6 +399,7 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
   if (item.packed && step.valid(item))  // (BF16grad never packs)
     set_packed_key_visibility(key, smem.query[step.stage], tile_row, p.causal != 0);
+  if (threadIdx.x == 0) timeline::stamp(blockIdx.x, 1);
   while (step.valid(item)) {
     const StepCursor next = step.next(p.group_size);
     issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
@@ -405,9 +411,14 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
     finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     step = next;
   }
+  if (threadIdx.x == 0) timeline::stamp(blockIdx.x, 2);
   RowExponentPair dk_unit(0, 0);  // BF16grad: dK in units of 1
   if constexpr (!kBf16Grad) dk_unit = smem.dk_units[threadIdx.x];
   write_key_gradients<kHeadDim, kBf16Grad>(p, item, key, state, dk_unit, tile_row);
+  if (threadIdx.x == 0) {
+    timeline::stamp(blockIdx.x, 3);
+    timeline::record_place(blockIdx.x, key_tile_query_tiles(item, p.causal != 0) * p.group_size);
+  }
 }
 
 }  // namespace flamia::backward

@@ -7,3 +7,9 @@ template cudaError_t launch_backward_kernel<64, false>(const BackwardParams&, di
 template cudaError_t launch_backward_kernel<128, false>(const BackwardParams&, dim3, cudaStream_t);
 
 }  // namespace flamia::backward
+
+#if FLAMIA_TIMELINE
+namespace flamia::timeline {
+FLAMIA_TIMELINE_ACCESSORS(backward)
+}  // namespace flamia::timeline
+#endif

@@ -32,6 +32,7 @@
 #include "kernels/backward/shared_storage.cuh"
 #include "kernels/backward/tile_factors.cuh"
 #include "kernels/common/softmax_numerics.cuh"
+#include "kernels/common/timeline.cuh"
 #include "kernels/hopper/bulk_reduce.cuh"
 #include "kernels/hopper/sync.cuh"
 #include "kernels/hopper/wgmma.cuh"
@@ -290,6 +291,7 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
   const bool deterministic = p.deterministic != 0;
   const DqAdders adders{kThreads, kDqWarpgroupBarrier, kDqWarpgroupThreads};
   store_key_centered_scales(p, item, thread, smem.key_centered_scale);
+  if (thread == 0) timeline::stamp(blockIdx.x, 4);
 
   // Both buffers start empty; afterwards reading step s's tile frees it for step s + 2.
   StepCursor step = first_step(item, p.causal != 0);
@@ -353,8 +355,10 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
     }
     step = step.next(p.group_size);
   }
+  if (thread == 0) timeline::stamp(blockIdx.x, 5);
   // The staging tile must outlive the reductions that read it.
   if (issues_rows(lane)) hopper::bulk_wait_all();
+  if (thread == 0) timeline::stamp(blockIdx.x, 6);
 }
 
 }  // namespace flamia::backward

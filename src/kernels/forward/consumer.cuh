@@ -10,6 +10,7 @@
 #include "kernels/forward/online_softmax.cuh"
 #include "kernels/forward/shared_storage.cuh"
 #include "kernels/forward/work_items.cuh"
+#include "kernels/common/timeline.cuh"
 #include "kernels/hopper/sync.cuh"
 #include "kernels/hopper/wgmma.cuh"
 
@@ -78,7 +79,7 @@ struct ConsumerRows {
 template <int kHeadDim, bool kDebugProbabilities, bool kSegment>
 __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
                                               const WorkItem& w, const ConsumerRows& rows,
-                                              int item_count, int& iteration) {
+                                              int index, int item_count, int& iteration) {
   using Tile = ForwardTile<kHeadDim>;
   constexpr int kBlockN = Tile::kBlockN;
   const int lane = rows.lane;
@@ -163,6 +164,8 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
   }
   if (w.geo.n_tiles == 0)
     hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);  // release the unused Q tile
+  if (threadIdx.x % kWarpgroupThreads == 0 && tile_row0 < 2 * kRowsPerConsumer)
+    timeline::stamp(index, 1 + 3 * (tile_row0 / kRowsPerConsumer));
   write_outputs<Tile::kOutRegisters>(p, w, acc, state, row_local, lane);
 }
 
@@ -185,11 +188,19 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
   for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
     const int q_buffer = item_count % Tile::kQBuffers;
     hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
+    // Timeline probe events (timeline.h; empty in production builds), consumer c's first
+    // thread: 3c item ready, 3c + 1 key tiles done, 3c + 2 outputs written (c < 2).
+    const bool stamps = thread == 0 && consumer < 2;
+    if (stamps) timeline::stamp(index, 3 * consumer);
     const WorkItem w = smem.item[q_buffer];
     if (w.geo.doc_count > 1)
-      run_work_item<kHeadDim, kDebugProbabilities, true>(p, smem, w, rows, item_count, iteration);
+      run_work_item<kHeadDim, kDebugProbabilities, true>(p, smem, w, rows, index, item_count,
+                                                         iteration);
     else
-      run_work_item<kHeadDim, kDebugProbabilities, false>(p, smem, w, rows, item_count, iteration);
+      run_work_item<kHeadDim, kDebugProbabilities, false>(p, smem, w, rows, index, item_count,
+                                                          iteration);
+    if (stamps) timeline::stamp(index, 3 * consumer + 2);
+    if (stamps && consumer == 0) timeline::record_place(index, w.geo.n_tiles);
   }
 }
 

@@ -1,6 +1,7 @@
 // Host side of the forward: tensor maps, the plan, and the launch for each head dim.
 #include "kernels/forward/forward.h"
 #include "kernels/forward/forward_kernel.cuh"
+#include "kernels/common/timeline.cuh"
 #include "kernels/hopper/tensor_map.h"
 
 namespace flamia {
@@ -144,3 +145,9 @@ cudaError_t launch_forward(const ForwardKernelArgs& args, cudaStream_t stream) {
 }
 
 }  // namespace flamia
+
+#if FLAMIA_TIMELINE
+namespace flamia::timeline {
+FLAMIA_TIMELINE_ACCESSORS(forward)
+}  // namespace flamia::timeline
+#endif
