@@ -76,7 +76,9 @@ struct ConsumerRows {
 // segments' row ranges. (Measured: one shared loop with a per-tile segment branch made the
 // head-dim-128 forward 4% slower on documents of 1k tokens and more.) `iteration` counts key
 // tiles over the CTA's items (the K/V ring position); `item_count` its items (the Q buffer).
-template <int kHeadDim, bool kDebugProbabilities, bool kSegment>
+// kStagedOutput: the epilogue through shared memory (write_outputs_staged), in the kernels without
+// fused quantization, whose producer leaves the two fused staging slots unused.
+template <int kHeadDim, bool kDebugProbabilities, bool kSegment, bool kStagedOutput>
 __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
                                               const WorkItem& w, const ConsumerRows& rows,
                                               int index, int item_count, int& iteration) {
@@ -166,7 +168,15 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
     hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);  // release the unused Q tile
   if (threadIdx.x % kWarpgroupThreads == 0 && tile_row0 < 2 * kRowsPerConsumer)
     timeline::stamp(index, 1 + 3 * (tile_row0 / kRowsPerConsumer));
-  write_outputs<Tile::kOutRegisters>(p, w, acc, state, row_local, lane);
+  if constexpr (kStagedOutput) {
+    const int consumer = tile_row0 / kRowsPerConsumer;
+    uint8_t* staging = smem.fused_stage[item_count % 2] + tile_row0 * kHeadDim * 2;
+    write_outputs_staged<kHeadDim, Tile::kOutRegisters>(
+        p, w, acc, state, row_local, lane, tile_row0, rows.thread_row0 - tile_row0, staging,
+        kConsumerEpilogueBarrier + consumer);
+  } else {
+    write_outputs<Tile::kOutRegisters>(p, w, acc, state, row_local, lane);
+  }
 }
 
 // kFusedQuantize: the fused kernel's register split (the producer quantizes; forward_config.h).
@@ -193,12 +203,13 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
     const bool stamps = thread == 0 && consumer < 2;
     if (stamps) timeline::stamp(index, 3 * consumer);
     const WorkItem w = smem.item[q_buffer];
+    constexpr bool kStaged = !kFusedQuantize;
     if (w.geo.doc_count > 1)
-      run_work_item<kHeadDim, kDebugProbabilities, true>(p, smem, w, rows, index, item_count,
-                                                         iteration);
+      run_work_item<kHeadDim, kDebugProbabilities, true, kStaged>(p, smem, w, rows, index,
+                                                                  item_count, iteration);
     else
-      run_work_item<kHeadDim, kDebugProbabilities, false>(p, smem, w, rows, index, item_count,
-                                                          iteration);
+      run_work_item<kHeadDim, kDebugProbabilities, false, kStaged>(p, smem, w, rows, index,
+                                                                   item_count, iteration);
     if (stamps) timeline::stamp(index, 3 * consumer + 2);
     if (stamps && consumer == 0) timeline::record_place(index, w.geo.n_tiles);
   }

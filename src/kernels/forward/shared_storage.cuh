@@ -29,9 +29,11 @@ struct alignas(1024) SharedStorage {
   // factors), and the block32 amax windows.
   static constexpr int kWindowRows =
       (Tile::kBlockM > Tile::kBlockN ? Tile::kBlockM : Tile::kBlockN) + 2 * kScaleBlockHalo;
-  // Fused quantization only: two slots of BF16 rows (one tile's; fused_quantize.cuh).
+  // Fused quantization: two slots of BF16 rows (one tile's; fused_quantize.cuh). The other
+  // kernels stage each work item's O tile in them, alternating (epilogue.cuh).
   static constexpr int kStagedRows = Tile::kBlockM > Tile::kBlockN ? Tile::kBlockM : Tile::kBlockN;
   alignas(128) uint8_t fused_stage[2][kStagedRows * kHeadDim * 2];
+  static_assert(kStagedRows >= Tile::kBlockM, "a slot holds a BF16 O tile");
   // Per Q buffer, written by the producer with the Q tile (write_item_rows): the work item, and
   // each query row's visible keys and exponent, so that a consumer's item starts with shared
   // memory reads instead of chains of dependent global loads.
