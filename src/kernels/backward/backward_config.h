@@ -41,7 +41,6 @@ enum NamedBarrier : int {
   kScoreGradientFull = 2,     // + buffer: x written (key warpgroups arrive, dQ warpgroup waits)
   kScoreGradientEmpty = 4,    // + buffer: x read (dQ warpgroup arrives, key warpgroups wait)
   kDqWarpgroupBarrier = 6,    // the dQ warpgroup alone (the deterministic order)
-  kKeyEpilogueBarrier = 7,    // + key warpgroup: its dK, dV staged (write_key_gradients)
 };
 
 // Keys per CTA: the 128-key tile-aligned block of dQ's dS scale (docs/numerics.md §5.7).

@@ -310,13 +310,14 @@ __device__ __forceinline__ void accumulate_dq(const BackwardParams& p, const Key
 // dK and dV as BF16 through shared memory: warpgroup w writes its 64 key rows of each into query
 // stage w (free: the loop's last barrier ended every reader of both stages; the dQ warpgroup
 // reads none), rows of kHeadDim * 2 bytes whose 16-byte chunks sit at chunk ^ (row % 8), so a
-// warp's stores of 8 rows hit distinct banks; after its warpgroup's barrier it copies whole rows
-// out with 16-byte stores (a warp stores whole rows instead of 16 bytes of each of 8 rows: the
-// timeline probe measured ~5 us per CTA for the direct stores). Keys outside the document are not
-// written. The API guarantees dK's and dV's 16-byte alignment (memory_checks.cpp).
-// The work item and the key factors are the main loop's own (live across it anyway: every step
-// reads them), so the epilogue starts without a global round trip; V's exponent ev_j is the
-// integer-valued float the P̂ rebuild adds (KeyColumnFactors::value_exponent), converted exactly.
+// warp's stores of 8 rows hit distinct banks; each warp then copies its own 16 rows out (a warp
+// sync orders them) with 16-byte stores, whole rows per instruction instead of 16 bytes of each
+// of 8 rows (the timeline probe measured ~5 us per CTA for the direct stores, which also held up
+// the dQ warpgroup's last steps). Keys outside the document are not written. The API guarantees
+// dK's and dV's 16-byte alignment (memory_checks.cpp). The work item and the key factors are the
+// main loop's own (live across it anyway: every step reads them), so the epilogue starts without a
+// global round trip; V's exponent ev_j is the integer-valued float the P̂ rebuild adds
+// (KeyColumnFactors::value_exponent), converted exactly.
 template <int kHeadDim, bool kBf16Grad>
 __device__ __forceinline__ void write_key_gradients(
     const BackwardParams& p, const KeyTileItem& item, const KeyRowFactors& key,
@@ -353,13 +354,14 @@ __device__ __forceinline__ void write_key_gradients(
           __floats2bfloat162_rn(state.dv[i] * dv_scale, state.dv[i + 1] * dv_scale);
     }
   }
-  hopper::named_barrier_sync(kKeyEpilogueBarrier + warpgroup, kWarpgroupThreads);
-  constexpr int kRowsPerPass = kWarpgroupThreads / kChunksPerRow;
-  const int thread = threadIdx.x % kWarpgroupThreads;
-  const int chunk = thread % kChunksPerRow;
+  __syncwarp();
+  constexpr int kRowsPerWarp = 16;  // the warp's m16 slice of the accumulators
+  constexpr int kRowsPerPass = kWarpSize / kChunksPerRow;
+  const int warp_row0 = (tile_row[0] - warpgroup * kKeysPerWarpgroup) / kRowsPerWarp * kRowsPerWarp;
+  const int chunk = lane % kChunksPerRow;
 #pragma unroll
-  for (int pass = 0; pass < kKeysPerWarpgroup / kRowsPerPass; ++pass) {
-    const int row = pass * kRowsPerPass + thread / kChunksPerRow;
+  for (int pass = 0; pass < kRowsPerWarp / kRowsPerPass; ++pass) {
+    const int row = warp_row0 + pass * kRowsPerPass + lane / kChunksPerRow;
     const int64_t j = item.key0 + warpgroup * kKeysPerWarpgroup + row;
     if (j < item.span.k_start || j >= item.span.k_end) continue;
     const uint4 dk = *reinterpret_cast<const uint4*>(dk_tile + chunk_offset(row, chunk));

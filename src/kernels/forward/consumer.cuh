@@ -169,11 +169,9 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
   if (threadIdx.x % kWarpgroupThreads == 0 && tile_row0 < 2 * kRowsPerConsumer)
     timeline::stamp(index, 1 + 3 * (tile_row0 / kRowsPerConsumer));
   if constexpr (kStagedOutput) {
-    const int consumer = tile_row0 / kRowsPerConsumer;
     uint8_t* staging = smem.fused_stage[item_count % 2] + tile_row0 * kHeadDim * 2;
     write_outputs_staged<kHeadDim, Tile::kOutRegisters>(
-        p, w, acc, state, row_local, lane, tile_row0, rows.thread_row0 - tile_row0, staging,
-        kConsumerEpilogueBarrier + consumer);
+        p, w, acc, state, row_local, lane, tile_row0, rows.thread_row0 - tile_row0, staging);
   } else {
     write_outputs<Tile::kOutRegisters>(p, w, acc, state, row_local, lane);
   }

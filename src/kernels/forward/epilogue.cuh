@@ -71,25 +71,25 @@ __device__ __forceinline__ void write_outputs(const ForwardParams& p, const Work
   write_row_statistics(p, w, state, row_local, lane);
 }
 
-// O through shared memory: the consumer warpgroup writes its kRowsPerConsumer rows of BF16 into
-// `staging` (rows of kHeadDim * 2 bytes; the 16-byte chunks of row t at chunk ^ (t % 8), so a
-// warp's stores of 8 rows hit distinct banks), meets at its named barrier, and copies whole rows
-// to O with 16-byte stores (a warp stores two or four full rows at once instead of 16 bytes of
-// each of 8 rows: measured with the timeline probe, the direct stores held the consumers for
-// ~2 us per item). The caller alternates two staging tiles between items, so the barrier of
-// the next item orders this item's reads before the tile's next writes.
-// The API guarantees O's 16-byte alignment (data and strides, memory_checks.cpp).
+// O through shared memory: each warp writes its 16 rows of BF16 into `staging` (the consumer's
+// rows, kHeadDim * 2 bytes each; the 16-byte chunks of row t at chunk ^ (t % 8), so a warp's
+// stores of 8 rows hit distinct banks) and copies them to O with 16-byte stores, two or four
+// whole rows per warp instruction instead of 16 bytes of each of 8 rows (measured with the
+// timeline probe: the direct stores held the consumers for ~2 us per item). The rows are the
+// warp's own, so a warp sync orders the copies. The caller alternates two staging tiles between
+// items. The API guarantees O's 16-byte alignment (data and strides, memory_checks.cpp).
 template <int kHeadDim, int kOutRegisters, int kRegisters>
 __device__ __forceinline__ void write_outputs_staged(const ForwardParams& p, const WorkItem& w,
                                                      const float (&o)[kRegisters], RowState& state,
                                                      const int (&row_local)[2], int lane,
                                                      int consumer_row0, int first_row,
-                                                     uint8_t* staging, int barrier) {
+                                                     uint8_t* staging) {
   static_assert(kOutRegisters == kHeadDim / 2, "the accumulator holds the row's O");
   constexpr int kRowBytes = kHeadDim * 2;
   constexpr int kChunkBytes = 16;
   constexpr int kChunksPerRow = kRowBytes / kChunkBytes;
   constexpr int kSwizzleRows = 8;
+  constexpr int kRowsPerWarp = 16;  // rows lane / 4 and lane / 4 + 8 of the warp's m16 slice
   auto chunk_offset = [](int row, int chunk) {
     return row * kRowBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
   };
@@ -105,13 +105,13 @@ __device__ __forceinline__ void write_outputs_staged(const ForwardParams& p, con
     }
   }
   write_row_statistics(p, w, state, row_local, lane);
-  hopper::named_barrier_sync(barrier, kWarpgroupThreads);
-  constexpr int kRowsPerPass = kWarpgroupThreads / kChunksPerRow;
-  const int thread = threadIdx.x % kWarpgroupThreads;
-  const int chunk = thread % kChunksPerRow;
+  __syncwarp();
+  constexpr int kRowsPerPass = 32 / kChunksPerRow;
+  const int warp_row0 = first_row / kRowsPerWarp * kRowsPerWarp;
+  const int chunk = lane % kChunksPerRow;
 #pragma unroll
-  for (int pass = 0; pass < kRowsPerConsumer / kRowsPerPass; ++pass) {
-    const int row = pass * kRowsPerPass + thread / kChunksPerRow;
+  for (int pass = 0; pass < kRowsPerWarp / kRowsPerPass; ++pass) {
+    const int row = warp_row0 + pass * kRowsPerPass + lane / kChunksPerRow;
     const int local = w.geo.q0 + consumer_row0 + row;
     if (local >= w.geo.q_len) continue;
     const uint4 v = *reinterpret_cast<const uint4*>(staging + chunk_offset(row, chunk));

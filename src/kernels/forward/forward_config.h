@@ -15,10 +15,7 @@ constexpr int kRegisterFile = 65536;  // 32-bit registers per SM (one CTA per SM
 // intra-warpgroup overlap it measured slower here (equal-2k 0.627 -> 0.656 ms), and in
 // bench_forward_sol it gains nothing over the serial loop.
 constexpr int kRowsPerConsumer = 64;  // wgmma M
-// Named barriers: 0 is __syncthreads, 1 the fused producer's (fused_quantize.cuh); consumer c's
-// epilogue (epilogue.cuh) uses kConsumerEpilogueBarrier + c.
-constexpr int kConsumerEpilogueBarrier = 2;
-constexpr int kMmaK = 32;  // FP8 wgmma K
+constexpr int kMmaK = 32;             // FP8 wgmma K
 
 template <int kHeadDim>
 struct ForwardTile {
