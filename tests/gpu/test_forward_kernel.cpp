@@ -25,16 +25,26 @@ struct ForwardCase {
   KeySmoothing smoothing = KeySmoothing::kNone;
   float key_bias = 0.0f;
   int small_value_binades = 0;  // ref::InputOptions::small_value_binades
+  // O written head-major with padded rows (run_forward_kernel), not as the dense layout.
+  bool padded_output = false;
 };
 
 struct ForwardOutputs {
-  std::vector<float> o;  // FP32 copy of the BF16 output
+  std::vector<float> o;  // FP32 copy of the BF16 output, [token][head][d]
   std::vector<float> lse;
   std::vector<float> stats;
+  int64_t padding_written = 0;  // padded output: elements between the rows that changed
 };
 
+// The padded output layout: head-major, each row followed by kRowPadding elements and each head
+// by kHeadGap, all poisoned; the epilogue's row stores must leave them so.
+constexpr int kRowPadding = 8;  // strides stay multiples of 8 elements (16 bytes, the API's rule)
+constexpr int kHeadGap = 64;
+constexpr uint16_t kPoisonBits = 0xFFFF;
+
 // Runs launch_forward on the reference's quantized operands; outputs are poisoned first.
-ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs& inputs) {
+ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs& inputs,
+                                  bool padded_output) {
   const ref::ForwardOperandsRef ops = ref::quantize_forward_operands(problem, inputs);
   DeviceBuffer<int32_t> cu_q(problem.cu_seqlens_q), cu_k(problem.cu_seqlens_k);
   DeviceBuffer<uint8_t> q(ops.q.values), k(ops.k.values), v_t(ops.v_t);
@@ -44,7 +54,11 @@ ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs
   DeviceBuffer<uint8_t> q_exp(to_bytes(ops.q.exponents)), k_exp(to_bytes(ops.k.exponents)),
       v_exp(to_bytes(ops.v.exponents));
   DeviceBuffer<float> lse_shift(ops.lse_shift);
-  const size_t out_elems = size_t(problem.total_q()) * problem.heads_q * problem.head_dim;
+  const int total = problem.total_q(), heads = problem.heads_q, dim = problem.head_dim;
+  const int64_t token_stride = padded_output ? dim + kRowPadding : int64_t(heads) * dim;
+  const int64_t head_stride = padded_output ? token_stride * total + kHeadGap : dim;
+  const size_t out_elems =
+      padded_output ? size_t(head_stride) * heads : size_t(total) * heads * dim;
   DeviceBuffer<uint16_t> o(out_elems);
   DeviceBuffer<float> lse(size_t(problem.heads_q) * problem.total_q());
   DeviceBuffer<float> stats(size_t(problem.heads_q) * problem.total_q() * 2);
@@ -60,7 +74,7 @@ ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs
   args.in.k = {k.get(), reinterpret_cast<int8_t*>(k_exp.get())};
   args.in.v_t = {v_t.get(), reinterpret_cast<int8_t*>(v_exp.get())};
   args.in.lse_shift = ops.lse_shift.empty() ? nullptr : lse_shift.get();
-  args.o = {o.get(), int64_t(problem.heads_q) * problem.head_dim, problem.head_dim};
+  args.o = {o.get(), token_stride, head_stride};
   args.lse = lse.get();
   args.softmax_stats = stats.get();
   DeviceBuffer<uint8_t> schedule(forward_scheduler_workspace_bytes(s));
@@ -69,7 +83,18 @@ ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 
   ForwardOutputs out;
-  for (uint16_t bits : o.download()) out.o.push_back(ref::bf16_to_float(bits));
+  const std::vector<uint16_t> bits = o.download();
+  std::vector<bool> row_element(bits.size(), false);
+  for (int t = 0; t < total; ++t)
+    for (int h = 0; h < heads; ++h)
+      for (int e = 0; e < dim; ++e) {
+        const size_t at = size_t(t * token_stride + h * head_stride + e);
+        out.o.push_back(ref::bf16_to_float(bits[at]));
+        row_element[at] = true;
+      }
+  for (size_t i = 0; i < bits.size(); ++i)
+    out.padding_written += !row_element[i] && bits[i] != kPoisonBits;
+  EXPECT_TRUE(o.guard_intact()) << "O written past its end";
   out.lse = lse.download();
   out.stats = stats.download();
   return out;
@@ -88,7 +113,8 @@ TEST_P(ForwardKernelTest, MatchesReference) {
   options.key_bias = c.key_bias;
   options.small_value_binades = c.small_value_binades;
   const ref::Inputs inputs = ref::make_inputs(problem, options);
-  const ForwardOutputs gpu = run_forward_kernel(problem, inputs);
+  const ForwardOutputs gpu = run_forward_kernel(problem, inputs, c.padded_output);
+  EXPECT_EQ(gpu.padding_written, 0) << "O elements written between the rows";
   const ref::ForwardResult expected = ref::forward(problem, inputs);
   const ref::Float64Result exact = ref::float64_attention(problem, inputs, false);
 
@@ -155,6 +181,20 @@ std::vector<ForwardCase> forward_cases() {
                    KeySmoothing::kFirstKey,
                    6.0f});
   cases.push_back({"d64_many_tiny", std::vector<int>(300, 5), 4, 4, 64, true, ScaleMode::kExact});
+  // O through padded head-major strides: the epilogue's row copies (awkward ends, one tile
+  // partly past the tensor end, packed short documents).
+  for (int d : {64, 128}) {
+    ForwardCase padded{
+        "d" + std::to_string(d) + "_padded_output", awkward, 4, 2, d, true, ScaleMode::kExact};
+    padded.padded_output = true;
+    cases.push_back(padded);
+  }
+  {
+    ForwardCase padded{"d128_packed_padded_output", {5, 64, 1, 33, 0, 17, 200, 9}, 2, 1, 128, false,
+                       ScaleMode::kBlock32};
+    padded.padded_output = true;
+    cases.push_back(padded);
+  }
   // Short documents packed several to a work item (each row masked to its own document),
   // next to ones that are not (empty, longer than 64, a lone short one).
   const std::vector<int> packed = {5, 64, 1, 33, 0, 17, 63, 2, 200, 9, 40, 64, 64, 1, 130, 7};

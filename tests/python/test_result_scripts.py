@@ -102,3 +102,65 @@ def test_training_step_table_groups_kernels(tmp_path):
     # workload, forward quantize, forward kernel, dO job, backward kernel, dQ, small, total, %
     assert cells[1:] == ["250", "500", "240", "1500", "100", "10", "2600", "23%"]
     assert collect_results.training_step_table({"workloads": {}}) == []
+
+
+def write_stamps(path, slots: dict[int, list[int]]) -> None:
+    """A timeline file (kernels/common/timeline.h: 65536 slots x 8 uint64) with `slots` set."""
+    import struct
+    values = [0] * (65536 * 8)
+    for slot, row in slots.items():
+        values[slot * 8:(slot + 1) * 8] = row
+    path.write_bytes(struct.pack(f"<{len(values)}Q", *values))
+
+
+def test_timeline_report_backward_phases(tmp_path):
+    # Two SMs at 1 cycle per ns, two CTAs each: prologue 1000 cycles, 100 per step (3 or 5
+    # steps), key epilogue 200, dQ warpgroup 300 behind the key steps and 50 for its wait, then
+    # 100 cycles to the SM's next CTA.
+    slots, index = {}, 0
+    for sm in (0, 1):
+        start = 5000
+        for steps in (3, 5):
+            s1 = start + 1000
+            s2 = s1 + 100 * steps
+            end = s2 + 350
+            slots[index] = [start, s1, s2, s2 + 200, start + 400, s2 + 300, end,
+                            (sm << 32) | steps]
+            index += 1
+            start = end + 100
+    f = tmp_path / "bwd.bin"
+    write_stamps(f, slots)
+    span_ns = 2 * 1350 + 800 + 100  # an SM's first start to last end, in cycles = ns
+    report = json.loads(run(str(REPO / "bench" / "timeline_report.py"), "backward", str(f),
+                            "--kernel-ms", str(span_ns / 1e6)))
+    assert report["ctas"] == 4 and report["sms"] == 2
+    assert abs(report["clock_ghz"] - 1.0) < 1e-9
+    us = report["mean_us"]
+    assert us["prologue (entry -> first step ready)"] == 1.0
+    assert us["key epilogue (dK, dV stores)"] == 0.2
+    assert us["dQ final reduction wait"] == 0.05
+    assert us["end (steps done -> CTA done)"] == 0.35
+    assert us["gap to the next CTA on the SM"] == 0.1
+    assert report["steps_fit_us"] == {"per_cta": 0.0, "per_step": 0.1}
+
+
+def test_timeline_report_forward_phases(tmp_path):
+    # One SM, three items of 2, 4 and 6 key tiles: 50 cycles per item and 100 per tile in the
+    # loop, an epilogue of 30, consumer 1 10 cycles behind, 20 cycles to the next item.
+    slots, t = {}, 1000
+    for index, tiles in enumerate((2, 4, 6)):
+        loop_end = t + 50 + 100 * tiles
+        slots[index] = [t, loop_end, loop_end + 30, t + 10, loop_end + 10, loop_end + 40, 0,
+                        tiles]
+        t = loop_end + 30 + 20
+    f = tmp_path / "fwd.bin"
+    write_stamps(f, slots)
+    span_ns = slots[2][5] - slots[0][0]
+    report = json.loads(run(str(REPO / "bench" / "timeline_report.py"), "forward", str(f),
+                            "--kernel-ms", str(span_ns / 1e6)))
+    assert report["items"] == 3
+    us = report["mean_us"]
+    assert us["consumer 0: epilogue"] == 0.03
+    assert us["consumer 1 starts after consumer 0"] == 0.01
+    assert us["consumer 0: wait for the next item"] == 0.02
+    assert report["loop_fit_us"] == {"per_item": 0.05, "per_key_tile": 0.1}
