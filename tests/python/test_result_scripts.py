@@ -105,11 +105,11 @@ def test_training_step_table_groups_kernels(tmp_path):
 
 
 def write_stamps(path, slots: dict[int, list[int]]) -> None:
-    """A timeline file (kernels/common/timeline.h: 65536 slots x 8 uint64) with `slots` set."""
+    """A timeline file (kernels/common/timeline.h: 65536 slots x 10 uint64) with `slots` set."""
     import struct
-    values = [0] * (65536 * 8)
+    values = [0] * (65536 * 10)
     for slot, row in slots.items():
-        values[slot * 8:(slot + 1) * 8] = row
+        values[slot * 10:(slot + 1) * 10] = row
     path.write_bytes(struct.pack(f"<{len(values)}Q", *values))
 
 
@@ -124,7 +124,7 @@ def test_timeline_report_backward_phases(tmp_path):
             s1 = start + 1000
             s2 = s1 + 100 * steps
             end = s2 + 350
-            slots[index] = [start, s1, s2, s2 + 200, start + 400, s2 + 300, end,
+            slots[index] = [start, s1, s2, s2 + 200, start + 400, s2 + 300, end, 30, 60,
                             (sm << 32) | steps]
             index += 1
             start = end + 100
@@ -141,6 +141,8 @@ def test_timeline_report_backward_phases(tmp_path):
     assert us["dQ final reduction wait"] == 0.05
     assert us["end (steps done -> CTA done)"] == 0.35
     assert us["gap to the next CTA on the SM"] == 0.1
+    assert us["key warpgroups wait for a free hand-off buffer"] == 0.03
+    assert us["dQ warpgroup waits for a full hand-off buffer"] == 0.06
     assert report["steps_fit_us"] == {"per_cta": 0.0, "per_step": 0.1}
 
 
@@ -150,8 +152,8 @@ def test_timeline_report_forward_phases(tmp_path):
     slots, t = {}, 1000
     for index, tiles in enumerate((2, 4, 6)):
         loop_end = t + 50 + 100 * tiles
-        slots[index] = [t, loop_end, loop_end + 30, t + 10, loop_end + 10, loop_end + 40, 0,
-                        tiles]
+        slots[index] = [t, loop_end, loop_end + 30, t + 10, loop_end + 10, loop_end + 40, 0, 0,
+                        0, tiles]
         t = loop_end + 30 + 20
     f = tmp_path / "fwd.bin"
     write_stamps(f, slots)

@@ -388,9 +388,13 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
       smem_raw + ((kTileAlignment - misalignment) & (kTileAlignment - 1)));
 
   // Timeline probe events (timeline.h; empty in production builds): 0 entry, 1 first step
-  // ready, 2 steps done, 3 dK/dV written (thread 0); 4 scales stored, 5 steps done, 6 reductions
-  // complete (the dQ warpgroup's first thread).
-  if (threadIdx.x == 0) timeline::stamp(blockIdx.x, 0);
+  // ready, 2 steps done, 3 dK/dV written, 7 waits for a free hand-off buffer (thread 0); 4
+  // scales stored, 5 steps done, 6 reductions complete, 8 waits for a full hand-off buffer (the
+  // dQ warpgroup's first thread).
+  if (threadIdx.x == 0) {
+    timeline::stamp(blockIdx.x, 0);
+    timeline::reset_wait(timeline::kHandOffFree);
+  }
   const int pair = key_tile_pair(p);
   if (p.device_status != nullptr && *p.device_status != kDeviceStatusOk) return;
   if (pair == kNoKeyTile) return;
@@ -451,6 +455,7 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   write_key_gradients<kHeadDim, kBf16Grad>(p, item, key, state, dk_unit, tile_row, smem);
   if (threadIdx.x == 0) {
     timeline::stamp(blockIdx.x, 3);
+    timeline::record_wait(blockIdx.x, 7, timeline::kHandOffFree);
     timeline::record_place(blockIdx.x, key_tile_query_tiles(item, p.causal != 0) * p.group_size);
   }
 }

@@ -54,7 +54,9 @@ __device__ __forceinline__ void hand_off_score_gradient(const float (&x)[kScoreR
                                                         const int (&tile_row)[kRowsPerThread],
                                                         int lane, const float* key_centered_scale,
                                                         ScoreGradientTile& tile, int buffer) {
+  const auto since = timeline::start_wait();
   hopper::named_barrier_sync(kScoreGradientEmpty + buffer, kFp8CtaThreads);
+  if (threadIdx.x == 0) timeline::end_wait(timeline::kHandOffFree, since);
   const float key_scale[kRowsPerThread] = {key_centered_scale[tile_row[0]],
                                            key_centered_scale[tile_row[1]]};
 #pragma unroll
@@ -291,7 +293,10 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
   const bool deterministic = p.deterministic != 0;
   const DqAdders adders{kThreads, kDqWarpgroupBarrier, kDqWarpgroupThreads};
   store_key_centered_scales(p, item, thread, smem.key_centered_scale);
-  if (thread == 0) timeline::stamp(blockIdx.x, 4);
+  if (thread == 0) {
+    timeline::stamp(blockIdx.x, 4);
+    timeline::reset_wait(timeline::kHandOffFull);
+  }
 
   // Both buffers start empty; afterwards reading step s's tile frees it for step s + 2.
   StepCursor step = first_step(item, p.causal != 0);
@@ -306,7 +311,9 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
     const int head = step.head(item, p.group_size);
     DqRowFactors rows = fetch_dq_rows(p, item, head, step.q0, row0);
     const ScoreGradientTile& tile = smem.score_gradient[step.stage];
+    const auto since = timeline::start_wait();
     hopper::named_barrier_sync(kScoreGradientFull + step.stage, kFp8CtaThreads);
+    if (thread == 0) timeline::end_wait(timeline::kHandOffFull, since);
     uint32_t g[kBlockN / kFp8MmaK][4];
     query_gradient_operand<kHeadDim>(tile, row0, lane, p.softmax_scale, rows, g, [&] {
       if (freed.valid(item))
@@ -358,7 +365,10 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
   if (thread == 0) timeline::stamp(blockIdx.x, 5);
   // The staging tile must outlive the reductions that read it.
   if (issues_rows(lane)) hopper::bulk_wait_all();
-  if (thread == 0) timeline::stamp(blockIdx.x, 6);
+  if (thread == 0) {
+    timeline::stamp(blockIdx.x, 6);
+    timeline::record_wait(blockIdx.x, 8, timeline::kHandOffFull);
+  }
 }
 
 }  // namespace flamia::backward

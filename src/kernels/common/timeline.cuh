@@ -30,6 +30,24 @@ __device__ __forceinline__ void record_place(int slot, int count) {
     g_stamps[slot][kEvents - 1] = (uint64_t(sm) << 32) | uint32_t(count);
 }
 
+// Cycles one thread spends in a wait, summed over the CTA in a shared word of its own.
+__device__ __forceinline__ unsigned long long* wait_totals() {
+  __shared__ unsigned long long totals[kWaitCounters];
+  return totals;
+}
+__device__ __forceinline__ void reset_wait(WaitCounter c) {
+  wait_totals()[c] = 0;
+}
+__device__ __forceinline__ unsigned long long start_wait() {
+  return sm_clock();
+}
+__device__ __forceinline__ void end_wait(WaitCounter c, unsigned long long since) {
+  wait_totals()[c] += sm_clock() - since;
+}
+__device__ __forceinline__ void record_wait(int slot, int event, WaitCounter c) {
+  if (slot >= 0 && slot < kSlots) g_stamps[slot][event] = wait_totals()[c];
+}
+
 #define FLAMIA_TIMELINE_ACCESSORS(kernel)                                                \
   void reset_##kernel() {                                                                \
     static unsigned long long zeros[kSlots][kEvents];                                    \
@@ -41,6 +59,12 @@ __device__ __forceinline__ void record_place(int slot, int count) {
 #else
 __device__ __forceinline__ void stamp(int, int) {}
 __device__ __forceinline__ void record_place(int, int) {}
+__device__ __forceinline__ void reset_wait(WaitCounter) {}
+__device__ __forceinline__ unsigned long long start_wait() {
+  return 0;
+}
+__device__ __forceinline__ void end_wait(WaitCounter, unsigned long long) {}
+__device__ __forceinline__ void record_wait(int, int, WaitCounter) {}
 #endif
 
 }  // namespace flamia::timeline

@@ -12,7 +12,9 @@
 namespace flamia::timeline {
 
 constexpr int kSlots = 1 << 16;  // work items (forward) or CTAs (backward) recorded
-constexpr int kEvents = 8;       // stamps per slot; the last holds smid << 32 | a count
+constexpr int kEvents = 10;      // stamps per slot; the last holds smid << 32 | a count
+// Waits summed over a CTA (cycles; the backward's events 7 and 8).
+enum WaitCounter { kHandOffFree, kHandOffFull, kWaitCounters };
 
 #if FLAMIA_TIMELINE
 // Zero the stamps of the kernel, and copy them out (kSlots * kEvents values) after a launch.
