@@ -56,75 +56,79 @@ def clock_ghz(per_sm: dict[int, list[tuple[int, int]]], kernel_ms: float) -> flo
     return span / (kernel_ms * 1e6)
 
 
-def backward_report(rows: list[list[int]], kernel_ms: float) -> dict:
-    per_sm: dict[int, list[list[int]]] = defaultdict(list)
-    for r in rows:
-        if all(r[e] for e in range(7)):  # CTAs that ran (not the empty ones)
-            per_sm[place(r)[0]].append(r)
-    spans = {sm: [(r[0], max(r[3], r[6])) for r in rs] for sm, rs in per_sm.items()}
+def phase_report(per_sm: dict[int, list[list[int]]], end_of, kernel_ms: float, record,
+                 names: tuple[str, str, str, str, str]) -> dict:
+    """Mean phase lengths over the items of every SM, in turn: record(r, next_r, us, phases)
+    appends item r's phases (next_r: the SM's next item or None) and returns (count, loop us)
+    for a line through the item's loop time. names: the item count's key, the fit's key, its
+    fixed and per-count parts, the mean count's key."""
+    for rs in per_sm.values():
+        rs.sort(key=lambda r: r[0])  # one SM's items run in turn
+    spans = {sm: [(r[0], end_of(r)) for r in rs] for sm, rs in per_sm.items()}
     ghz = clock_ghz(spans, kernel_ms)
     us = lambda cycles: cycles / ghz / 1e3  # noqa: E731
     phases: dict[str, list[float]] = defaultdict(list)
-    step_points = []
-    for sm, rs in per_sm.items():
-        rs.sort(key=lambda r: r[0])
+    points = []
+    for rs in per_sm.values():
         for i, r in enumerate(rs):
-            steps = place(r)[1]
-            end = max(r[3], r[6])
-            phases["prologue (entry -> first step ready)"].append(us(r[1] - r[0]))
-            phases["steps (key warpgroups)"].append(us(r[2] - r[1]))
-            phases["key epilogue (dK, dV stores)"].append(us(r[3] - r[2]))
-            phases["dQ warpgroup after the key steps"].append(us(r[5] - r[2]))
-            phases["dQ final reduction wait"].append(us(r[6] - r[5]))
-            phases["end (steps done -> CTA done)"].append(us(end - r[2]))
-            phases["dQ warpgroup start (entry -> scales stored)"].append(us(r[4] - r[0]))
-            phases["CTA (entry -> done)"].append(us(end - r[0]))
-            phases["key warpgroups wait for a free hand-off buffer"].append(us(r[7]))
-            phases["dQ warpgroup waits for a full hand-off buffer"].append(us(r[8]))
-            if i + 1 < len(rs):
-                phases["gap to the next CTA on the SM"].append(us(rs[i + 1][0] - end))
-            step_points.append((steps, us(r[2] - r[1])))
-    a, b = fit(step_points)
+            points.append(record(r, rs[i + 1] if i + 1 < len(rs) else None, us, phases))
+    a, b = fit(points)
+    items, fit_key, fixed, per_count, mean_count = names
     return {
-        "ctas": sum(len(rs) for rs in per_sm.values()),
+        items: sum(len(rs) for rs in per_sm.values()),
         "sms": len(per_sm),
         "clock_ghz": round(ghz, 4),
         "mean_us": {k: round(mean(v), 3) for k, v in phases.items()},
-        "steps_fit_us": {"per_cta": round(a, 3), "per_step": round(b, 3)},
-        "mean_steps": round(mean([s for s, _ in step_points]), 2),
+        fit_key: {fixed: round(a, 3), per_count: round(b, 3)},
+        mean_count: round(mean([x for x, _ in points]), 2),
     }
+
+
+def by_sm(rows: list[list[int]], keep=lambda r: True) -> dict[int, list[list[int]]]:
+    per_sm: dict[int, list[list[int]]] = defaultdict(list)
+    for r in rows:
+        if keep(r):
+            per_sm[place(r)[0]].append(r)
+    return per_sm
+
+
+def backward_report(rows: list[list[int]], kernel_ms: float) -> dict:
+    end_of = lambda r: max(r[3], r[6])  # noqa: E731
+
+    def record(r, following, us, phases):
+        end = end_of(r)
+        phases["prologue (entry -> first step ready)"].append(us(r[1] - r[0]))
+        phases["steps (key warpgroups)"].append(us(r[2] - r[1]))
+        phases["key epilogue (dK, dV stores)"].append(us(r[3] - r[2]))
+        phases["dQ warpgroup after the key steps"].append(us(r[5] - r[2]))
+        phases["dQ final reduction wait"].append(us(r[6] - r[5]))
+        phases["end (steps done -> CTA done)"].append(us(end - r[2]))
+        phases["dQ warpgroup start (entry -> scales stored)"].append(us(r[4] - r[0]))
+        phases["CTA (entry -> done)"].append(us(end - r[0]))
+        phases["key warpgroups wait for a free hand-off buffer"].append(us(r[7]))
+        phases["dQ warpgroup waits for a full hand-off buffer"].append(us(r[8]))
+        if following:
+            phases["gap to the next CTA on the SM"].append(us(following[0] - end))
+        return place(r)[1], us(r[2] - r[1])
+
+    ran = by_sm(rows, lambda r: all(r[e] for e in range(7)))  # not the CTAs without work
+    return phase_report(ran, end_of, kernel_ms, record,
+                        ("ctas", "steps_fit_us", "per_cta", "per_step", "mean_steps"))
 
 
 def forward_report(rows: list[list[int]], kernel_ms: float) -> dict:
-    per_sm: dict[int, list[list[int]]] = defaultdict(list)
-    for r in rows:
-        per_sm[place(r)[0]].append(r)
-    spans = {sm: [(r[0], max(r[2], r[5])) for r in rs] for sm, rs in per_sm.items()}
-    ghz = clock_ghz(spans, kernel_ms)
-    us = lambda cycles: cycles / ghz / 1e3  # noqa: E731
-    phases: dict[str, list[float]] = defaultdict(list)
-    loop_points = []
-    for sm, rs in per_sm.items():
-        rs.sort(key=lambda r: r[0])  # one SM's items run in turn
-        for i, r in enumerate(rs):
-            tiles = place(r)[1]
-            phases["consumer 0: key-tile loop"].append(us(r[1] - r[0]))
-            phases["consumer 0: epilogue"].append(us(r[2] - r[1]))
-            if r[3]:
-                phases["consumer 1 starts after consumer 0"].append(us(r[3] - r[0]))
-                phases["consumer 1 ends after consumer 0"].append(us(r[5] - r[2]))
-            if i + 1 < len(rs):
-                phases["consumer 0: wait for the next item"].append(us(rs[i + 1][0] - r[2]))
-            loop_points.append((tiles, us(r[1] - r[0])))
-    a, b = fit(loop_points)
-    return {
-        "items": sum(len(rs) for rs in per_sm.values()),
-        "sms": len(per_sm),
-        "clock_ghz": round(ghz, 4),
-        "mean_us": {k: round(mean(v), 3) for k, v in phases.items()},
-        "loop_fit_us": {"per_item": round(a, 3), "per_key_tile": round(b, 3)},
-        "mean_key_tiles": round(mean([t for t, _ in loop_points]), 2),
-    }
+    def record(r, following, us, phases):
+        phases["consumer 0: key-tile loop"].append(us(r[1] - r[0]))
+        phases["consumer 0: epilogue"].append(us(r[2] - r[1]))
+        if r[3]:
+            phases["consumer 1 starts after consumer 0"].append(us(r[3] - r[0]))
+            phases["consumer 1 ends after consumer 0"].append(us(r[5] - r[2]))
+        if following:
+            phases["consumer 0: wait for the next item"].append(us(following[0] - r[2]))
+        return place(r)[1], us(r[1] - r[0])
+
+    return phase_report(by_sm(rows), lambda r: max(r[2], r[5]), kernel_ms, record,
+                        ("items", "loop_fit_us", "per_item", "per_key_tile", "mean_key_tiles"))
 
 
 def main() -> None:
