@@ -7,11 +7,11 @@ microseconds, with the SM clock calibrated from the kernel's measured time (--ke
     python3 bench/timeline_report.py backward FILE --kernel-ms 1.81 [--json OUT]
     python3 bench/timeline_report.py forward FILE --kernel-ms 0.57 [--json OUT]
 
-Backward (one slot per CTA): 0 entry, 1 first step ready, 2 steps done, 3 dK/dV written, 7
-cycles waiting for a free hand-off buffer (key warpgroups' first thread); 4 scales stored, 5
-steps done, 6 reductions complete, 8 cycles waiting for a full hand-off buffer (dQ warpgroup).
+Backward (one slot per CTA): 0 entry, 1 first step ready, 2 steps done, 3 dK/dV written (key
+warpgroups' first thread); 4 scales stored, 5 steps done, 6 reductions complete (dQ warpgroup);
+7-14 cycles per CTA of each counter (COUNTERS; the step phases reported per step).
 Forward (one slot per work item): consumer c in {0, 1}: 3c item ready, 3c + 1 key tiles done,
-3c + 2 outputs written. Event 9: SM << 32 | steps (backward) or key tiles (forward).
+3c + 2 outputs written. Event 15: SM << 32 | steps (backward) or key tiles (forward).
 """
 from __future__ import annotations
 
@@ -22,7 +22,17 @@ from collections import defaultdict
 from pathlib import Path
 
 SLOTS = 1 << 16
-EVENTS = 10
+EVENTS = 16
+# The backward's counters (kernels/common/timeline.h, enum Counter), events 7.., cycles per CTA.
+COUNTERS = ["key warpgroups wait for a free hand-off buffer",
+            "dQ warpgroup waits for a full hand-off buffer",
+            "step: start to S and dP's first half landed",
+            "step: P rebuild and dS, first 32 queries",
+            "step: dP's second half",
+            "step: dS, last 32 queries",
+            "step: H, rescales, dV and dK products, hand-off",
+            "step: next loads landed and the barrier"]
+FIRST_COUNTER = 7
 
 
 def read_slots(path: Path) -> list[list[int]]:
@@ -105,8 +115,13 @@ def backward_report(rows: list[list[int]], kernel_ms: float) -> dict:
         phases["end (steps done -> CTA done)"].append(us(end - r[2]))
         phases["dQ warpgroup start (entry -> scales stored)"].append(us(r[4] - r[0]))
         phases["CTA (entry -> done)"].append(us(end - r[0]))
-        phases["key warpgroups wait for a free hand-off buffer"].append(us(r[7]))
-        phases["dQ warpgroup waits for a full hand-off buffer"].append(us(r[8]))
+        steps = place(r)[1]
+        for c, name in enumerate(COUNTERS):
+            cycles = r[FIRST_COUNTER + c]
+            if name.startswith("step:"):
+                phases[name + " (per step)"].append(us(cycles) / max(steps, 1))
+            else:
+                phases[name].append(us(cycles))
         if following:
             phases["gap to the next CTA on the SM"].append(us(following[0] - end))
         return place(r)[1], us(r[2] - r[1])

@@ -105,11 +105,11 @@ def test_training_step_table_groups_kernels(tmp_path):
 
 
 def write_stamps(path, slots: dict[int, list[int]]) -> None:
-    """A timeline file (kernels/common/timeline.h: 65536 slots x 10 uint64) with `slots` set."""
+    """A timeline file (kernels/common/timeline.h: 65536 slots x 16 uint64) with `slots` set."""
     import struct
-    values = [0] * (65536 * 10)
+    values = [0] * (65536 * 16)
     for slot, row in slots.items():
-        values[slot * 10:(slot + 1) * 10] = row
+        values[slot * 16:(slot + 1) * 16] = row
     path.write_bytes(struct.pack(f"<{len(values)}Q", *values))
 
 
@@ -124,7 +124,8 @@ def test_timeline_report_backward_phases(tmp_path):
             s1 = start + 1000
             s2 = s1 + 100 * steps
             end = s2 + 350
-            slots[index] = [start, s1, s2, s2 + 200, start + 400, s2 + 300, end, 30, 60,
+            counters = [30, 60] + [10 * steps * (k + 1) for k in range(6)]  # k + 1 per step
+            slots[index] = [start, s1, s2, s2 + 200, start + 400, s2 + 300, end, *counters,
                             (sm << 32) | steps]
             index += 1
             start = end + 100
@@ -143,6 +144,8 @@ def test_timeline_report_backward_phases(tmp_path):
     assert us["gap to the next CTA on the SM"] == 0.1
     assert us["key warpgroups wait for a free hand-off buffer"] == 0.03
     assert us["dQ warpgroup waits for a full hand-off buffer"] == 0.06
+    assert us["step: dP's second half (per step)"] == 0.03
+    assert us["step: next loads landed and the barrier (per step)"] == 0.06
     assert report["steps_fit_us"] == {"per_cta": 0.0, "per_step": 0.1}
 
 
@@ -152,8 +155,8 @@ def test_timeline_report_forward_phases(tmp_path):
     slots, t = {}, 1000
     for index, tiles in enumerate((2, 4, 6)):
         loop_end = t + 50 + 100 * tiles
-        slots[index] = [t, loop_end, loop_end + 30, t + 10, loop_end + 10, loop_end + 40, 0, 0,
-                        0, tiles]
+        slots[index] = [t, loop_end, loop_end + 30, t + 10, loop_end + 10, loop_end + 40,
+                        *[0] * 9, tiles]
         t = loop_end + 30 + 20
     f = tmp_path / "fwd.bin"
     write_stamps(f, slots)

@@ -295,7 +295,7 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
   store_key_centered_scales(p, item, thread, smem.key_centered_scale);
   if (thread == 0) {
     timeline::stamp(blockIdx.x, 4);
-    timeline::reset_wait(timeline::kHandOffFull);
+    timeline::reset_counter(timeline::kHandOffFull);
   }
 
   // Both buffers start empty; afterwards reading step s's tile frees it for step s + 2.
@@ -367,7 +367,7 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
   if (issues_rows(lane)) hopper::bulk_wait_all();
   if (thread == 0) {
     timeline::stamp(blockIdx.x, 6);
-    timeline::record_wait(blockIdx.x, 8, timeline::kHandOffFull);
+    timeline::record_counter(blockIdx.x, timeline::kHandOffFull);
   }
 }
 

@@ -30,22 +30,31 @@ __device__ __forceinline__ void record_place(int slot, int count) {
     g_stamps[slot][kEvents - 1] = (uint64_t(sm) << 32) | uint32_t(count);
 }
 
-// Cycles one thread spends in a wait, summed over the CTA in a shared word of its own.
-__device__ __forceinline__ unsigned long long* wait_totals() {
-  __shared__ unsigned long long totals[kWaitCounters];
-  return totals;
+// Counters (timeline.h): cycles summed over the CTA in shared words, each written by one thread
+// only; the last word holds the lap clock (lap: cycles since the previous lap).
+__device__ __forceinline__ unsigned long long* counters() {
+  __shared__ unsigned long long words[kCounters + 1];
+  return words;
 }
-__device__ __forceinline__ void reset_wait(WaitCounter c) {
-  wait_totals()[c] = 0;
+__device__ __forceinline__ void reset_counter(Counter c) {
+  counters()[c] = 0;
 }
 __device__ __forceinline__ unsigned long long start_wait() {
   return sm_clock();
 }
-__device__ __forceinline__ void end_wait(WaitCounter c, unsigned long long since) {
-  wait_totals()[c] += sm_clock() - since;
+__device__ __forceinline__ void end_wait(Counter c, unsigned long long since) {
+  counters()[c] += sm_clock() - since;
 }
-__device__ __forceinline__ void record_wait(int slot, int event, WaitCounter c) {
-  if (slot >= 0 && slot < kSlots) g_stamps[slot][event] = wait_totals()[c];
+__device__ __forceinline__ void lap_start() {
+  counters()[kCounters] = sm_clock();
+}
+__device__ __forceinline__ void lap(Counter c) {
+  const unsigned long long now = sm_clock();
+  counters()[c] += now - counters()[kCounters];
+  counters()[kCounters] = now;
+}
+__device__ __forceinline__ void record_counter(int slot, Counter c) {
+  if (slot >= 0 && slot < kSlots) g_stamps[slot][kFirstCounterEvent + c] = counters()[c];
 }
 
 #define FLAMIA_TIMELINE_ACCESSORS(kernel)                                                \
@@ -59,12 +68,14 @@ __device__ __forceinline__ void record_wait(int slot, int event, WaitCounter c) 
 #else
 __device__ __forceinline__ void stamp(int, int) {}
 __device__ __forceinline__ void record_place(int, int) {}
-__device__ __forceinline__ void reset_wait(WaitCounter) {}
+__device__ __forceinline__ void reset_counter(Counter) {}
 __device__ __forceinline__ unsigned long long start_wait() {
   return 0;
 }
-__device__ __forceinline__ void end_wait(WaitCounter, unsigned long long) {}
-__device__ __forceinline__ void record_wait(int, int, WaitCounter) {}
+__device__ __forceinline__ void end_wait(Counter, unsigned long long) {}
+__device__ __forceinline__ void lap_start() {}
+__device__ __forceinline__ void lap(Counter) {}
+__device__ __forceinline__ void record_counter(int, Counter) {}
 #endif
 
 }  // namespace flamia::timeline

@@ -12,9 +12,22 @@
 namespace flamia::timeline {
 
 constexpr int kSlots = 1 << 16;  // work items (forward) or CTAs (backward) recorded
-constexpr int kEvents = 10;      // stamps per slot; the last holds smid << 32 | a count
-// Waits summed over a CTA (cycles; the backward's events 7 and 8).
-enum WaitCounter { kHandOffFree, kHandOffFull, kWaitCounters };
+constexpr int kEvents = 16;      // stamps per slot; the last holds smid << 32 | a count
+// Cycles summed over a CTA (the backward's events kFirstCounterEvent + counter): the waits for
+// the hand-off buffers, and the phases of the key warpgroups' steps (their first thread).
+enum Counter {
+  kHandOffFree,        // key warpgroups: waiting for a free hand-off buffer
+  kHandOffFull,        // dQ warpgroup: waiting for a full one
+  kStepScoreProducts,  // step start (next loads issued) to Sᵀ and dPᵀ's first half landed
+  kStepFirstHalf,      // P̂ rebuild and dS of the first 32 queries
+  kStepSecondProduct,  // dPᵀ's second half, issue to wait
+  kStepSecondHalf,     // dS of the last 32 queries
+  kStepGradients,      // Ĥ, rescales, dV and dK products, hand-off, their wait
+  kStepLoads,          // the next step's loads landed and the key warpgroups' barrier
+  kCounters
+};
+constexpr int kFirstCounterEvent = 7;
+static_assert(kFirstCounterEvent + kCounters < kEvents, "counters fit before the last event");
 
 #if FLAMIA_TIMELINE
 // Zero the stamps of the kernel, and copy them out (kSlots * kEvents values) after a launch.
