@@ -201,7 +201,8 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
     hopper::warpgroup_wait<0>();
     hopper::fence_registers(s);
     hopper::fence_registers(dp);
-    if (threadIdx.x == 0) timeline::lap(timeline::kStepScoreProducts);
+    if constexpr (timeline::kEnabled)
+      if (threadIdx.x == 0) timeline::lap(timeline::kStepScoreProducts);
     if (unmasked) {
       rebuild_probabilities<false, !kBf16Grad>(s, key, qf, lane);
       score_gradient_half<kBf16Grad, 0, false>(s, dp, ds, p_hat[0], key, qf, lane);
@@ -209,7 +210,8 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
       rebuild_probabilities<true, !kBf16Grad>(s, key, qf, lane);
       score_gradient_half<kBf16Grad, 0, true>(s, dp, ds, p_hat[0], key, qf, lane);
     }
-    if (threadIdx.x == 0) timeline::lap(timeline::kStepFirstHalf);
+    if constexpr (timeline::kEnabled)
+      if (threadIdx.x == 0) timeline::lap(timeline::kStepFirstHalf);
   }
   {
     float dp[kHalfScoreRegisters];
@@ -218,12 +220,14 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
     hopper::warpgroup_commit();
     hopper::warpgroup_wait<0>();
     hopper::fence_registers(dp);
-    if (threadIdx.x == 0) timeline::lap(timeline::kStepSecondProduct);
+    if constexpr (timeline::kEnabled)
+      if (threadIdx.x == 0) timeline::lap(timeline::kStepSecondProduct);
     if (unmasked)
       score_gradient_half<kBf16Grad, 1, false>(s, dp, ds, p_hat[1], key, qf, lane);
     else
       score_gradient_half<kBf16Grad, 1, true>(s, dp, ds, p_hat[1], key, qf, lane);
-    if (threadIdx.x == 0) timeline::lap(timeline::kStepSecondHalf);
+    if constexpr (timeline::kEnabled)
+      if (threadIdx.x == 0) timeline::lap(timeline::kStepSecondHalf);
   }
   if constexpr (kDebugPHat) write_debug_p_hat(p, item, p_hat, key, qf, tile_row, head, q0, lane);
 
@@ -286,7 +290,8 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
   }
   hopper::fence_registers(state.dv);
   hopper::fence_registers(state.dk);
-  if (threadIdx.x == 0) timeline::lap(timeline::kStepGradients);
+  if constexpr (timeline::kEnabled)
+    if (threadIdx.x == 0) timeline::lap(timeline::kStepGradients);
 }
 
 // Adds BF16grad's dQ partial of the step (backward_step) to the FP32 buffer.
@@ -395,11 +400,12 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   // Timeline probe events (timeline.h; empty in production builds): 0 entry, 1 first step
   // ready, 2 steps done, 3 dK/dV written, and the counters but kHandOffFull (thread 0); 4 scales
   // stored, 5 steps done, 6 reductions complete, kHandOffFull (the dQ warpgroup's first thread).
-  const bool laps = threadIdx.x == 0;  // the key warpgroups' counters
-  if (laps) {
-    timeline::stamp(blockIdx.x, 0);
-    for (int c = 0; c < timeline::kCounters; ++c)
-      if (c != timeline::kHandOffFull) timeline::reset_counter(timeline::Counter(c));
+  const bool laps = timeline::kEnabled && threadIdx.x == 0;  // the key warpgroups' counters
+  if (threadIdx.x == 0) timeline::stamp(blockIdx.x, 0);
+  if constexpr (timeline::kEnabled) {
+    if (laps)
+      for (int c = 0; c < timeline::kCounters; ++c)
+        if (c != timeline::kHandOffFull) timeline::reset_counter(timeline::Counter(c));
   }
   const int pair = key_tile_pair(p);
   if (p.device_status != nullptr && *p.device_status != kDeviceStatusOk) return;
@@ -443,9 +449,9 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
   if (item.packed && step.valid(item))  // (BF16grad never packs)
     set_packed_key_visibility(key, smem.query[step.stage], tile_row, p.causal != 0);
-  if (laps) {
-    timeline::stamp(blockIdx.x, 1);
-    timeline::lap_start();
+  if (threadIdx.x == 0) timeline::stamp(blockIdx.x, 1);
+  if constexpr (timeline::kEnabled) {
+    if (laps) timeline::lap_start();
   }
   while (step.valid(item)) {
     const StepCursor next = step.next(p.group_size);
@@ -456,7 +462,9 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
                                                    unmasked.contains(step.q0), dq);
     if constexpr (kBf16Grad) accumulate_dq<kHeadDim>(p, item, smem.query[step.stage], step, dq);
     finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
-    if (laps) timeline::lap(timeline::kStepLoads);
+    if constexpr (timeline::kEnabled) {
+      if (laps) timeline::lap(timeline::kStepLoads);
+    }
     step = next;
   }
   if (threadIdx.x == 0) timeline::stamp(blockIdx.x, 2);
@@ -465,8 +473,9 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   write_key_gradients<kHeadDim, kBf16Grad>(p, item, key, state, dk_unit, tile_row, smem);
   if (threadIdx.x == 0) {
     timeline::stamp(blockIdx.x, 3);
-    for (int c = 0; c < timeline::kCounters; ++c)
-      if (c != timeline::kHandOffFull) timeline::record_counter(blockIdx.x, timeline::Counter(c));
+    if constexpr (timeline::kEnabled)
+      for (int c = 0; c < timeline::kCounters; ++c)
+        if (c != timeline::kHandOffFull) timeline::record_counter(blockIdx.x, timeline::Counter(c));
     timeline::record_place(blockIdx.x, key_tile_query_tiles(item, p.causal != 0) * p.group_size);
   }
 }

@@ -11,6 +11,12 @@
 
 namespace flamia::timeline {
 
+#ifndef FLAMIA_TIMELINE
+#define FLAMIA_TIMELINE 0
+#endif
+// Whether the probe is compiled in: the kernels guard its calls with it (if constexpr), so that
+// a production build compiles exactly the kernels it would without the probe.
+constexpr bool kEnabled = FLAMIA_TIMELINE != 0;
 constexpr int kSlots = 1 << 16;  // work items (forward) or CTAs (backward) recorded
 constexpr int kEvents = 16;      // stamps per slot; the last holds smid << 32 | a count
 // Cycles summed over a CTA (the backward's events kFirstCounterEvent + counter): the waits for
