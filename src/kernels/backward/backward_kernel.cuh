@@ -41,6 +41,7 @@
 #include "kernels/backward/tile_factors.cuh"
 #include "kernels/backward/tile_geometry.cuh"
 #include "kernels/backward/tile_loads.cuh"
+#include "kernels/common/staged_rows.cuh"
 #include "kernels/common/timeline.cuh"
 #include "kernels/hopper/sync.cuh"
 #include "kernels/hopper/wgmma.cuh"
@@ -317,33 +318,25 @@ __device__ __forceinline__ void accumulate_dq(const BackwardParams& p, const Key
 
 // ---- epilogue -----------------------------------------------------------------------------------
 
-// dK and dV as BF16 through shared memory: warpgroup w writes its 64 key rows of each into query
-// stage w (free: the loop's last barrier ended every reader of both stages; the dQ warpgroup
-// reads none), rows of kHeadDim * 2 bytes whose 16-byte chunks sit at chunk ^ (row % 8), so a
-// warp's stores of 8 rows hit distinct banks; each warp then copies its own 16 rows out (a warp
-// sync orders them) with 16-byte stores, whole rows per instruction instead of 16 bytes of each
-// of 8 rows (the timeline probe measured ~5 us per CTA for the direct stores, which also held up
-// the dQ warpgroup's last steps). Keys outside the document are not written. The API guarantees
-// dK's and dV's 16-byte alignment (memory_checks.cpp). The work item and the key factors are the
-// main loop's own (live across it anyway: every step reads them), so the epilogue starts without a
-// global round trip; V's exponent ev_j is the integer-valued float the P̂ rebuild adds
-// (KeyColumnFactors::value_exponent), converted exactly.
+// dK and dV as BF16 through shared memory (StagedRows): warpgroup w stages its 64 key rows of each
+// in query stage w (free: the loop's last barrier ended every reader of both stages; the dQ
+// warpgroup reads none) and each warp copies its own 16 rows out with 16-byte stores of whole
+// rows instead of 16 bytes of each of 8 rows (the timeline probe measured ~5 us per CTA for the
+// direct stores, which also held up the dQ warpgroup's last steps). Keys outside the document are
+// not written. The API guarantees dK's and dV's 16-byte alignment (memory_checks.cpp). The work
+// item and the key factors are the main loop's own (live across it anyway: every step reads
+// them), so the epilogue starts without a global round trip; V's exponent ev_j is the
+// integer-valued float the P̂ rebuild adds (KeyColumnFactors::value_exponent), converted exactly.
 template <int kHeadDim, bool kBf16Grad>
 __device__ __forceinline__ void write_key_gradients(
     const BackwardParams& p, const KeyTileItem& item, const KeyRowFactors& key,
     const KeyGradientState<kHeadDim>& state, RowExponentPair dk_unit,
     const int (&tile_row)[kRowsPerThread], BackwardStorage<kHeadDim, kBf16Grad>& smem) {
-  constexpr int kRowBytes = kHeadDim * 2;
-  constexpr int kChunkBytes = 16;
-  constexpr int kChunksPerRow = kRowBytes / kChunkBytes;
-  constexpr int kSwizzleRows = 8;
-  constexpr int kGradientBytes = kKeysPerWarpgroup * kRowBytes;  // a warpgroup's dK (or dV)
+  using Rows = StagedRows<kHeadDim>;
+  constexpr int kGradientBytes = kKeysPerWarpgroup * Rows::kRowBytes;  // a warpgroup's dK (or dV)
   static_assert(
       2 * kGradientBytes <= sizeof(typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage),
       "a query stage holds a warpgroup's dK and dV");
-  auto chunk_offset = [](int row, int chunk) {
-    return row * kRowBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
-  };
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   const int lane = threadIdx.x % kWarpSize;
   uint8_t* dk_tile = reinterpret_cast<uint8_t*>(&smem.stage[warpgroup]);
@@ -357,31 +350,25 @@ __device__ __forceinline__ void write_key_gradients(
     for (int i = 0; i < kHeadDim / 2; i += 2) {
       if (register_row(i) != r) continue;
       const int d = register_column(lane, i);
-      const int at = chunk_offset(row, d * 2 / kChunkBytes) + (d * 2) % kChunkBytes;
-      *reinterpret_cast<__nv_bfloat162*>(dk_tile + at) =
-          __floats2bfloat162_rn(state.dk[i] * dk_scale, state.dk[i + 1] * dk_scale);
-      *reinterpret_cast<__nv_bfloat162*>(dv_tile + at) =
-          __floats2bfloat162_rn(state.dv[i] * dv_scale, state.dv[i + 1] * dv_scale);
+      const int chunk = d * 2 / Rows::kChunkBytes, in_chunk = (d * 2) % Rows::kChunkBytes;
+      Rows::store_pair(dk_tile, row, chunk, in_chunk, state.dk[i] * dk_scale,
+                       state.dk[i + 1] * dk_scale);
+      Rows::store_pair(dv_tile, row, chunk, in_chunk, state.dv[i] * dv_scale,
+                       state.dv[i + 1] * dv_scale);
     }
   }
-  __syncwarp();
-  constexpr int kRowsPerWarp = 16;  // the warp's m16 slice of the accumulators
-  constexpr int kRowsPerPass = kWarpSize / kChunksPerRow;
-  const int warp_row0 = (tile_row[0] - warpgroup * kKeysPerWarpgroup) / kRowsPerWarp * kRowsPerWarp;
-  const int chunk = lane % kChunksPerRow;
-#pragma unroll
-  for (int pass = 0; pass < kRowsPerWarp / kRowsPerPass; ++pass) {
-    const int row = warp_row0 + pass * kRowsPerPass + lane / kChunksPerRow;
+  const int warp_row0 =
+      (tile_row[0] - warpgroup * kKeysPerWarpgroup) / Rows::kRowsPerWarp * Rows::kRowsPerWarp;
+  Rows::copy_warp_rows(warp_row0, lane, [&](int row, int element, int at) {
     const int64_t j = item.key0 + warpgroup * kKeysPerWarpgroup + row;
-    if (j < item.span.k_start || j >= item.span.k_end) continue;
-    const uint4 dk = *reinterpret_cast<const uint4*>(dk_tile + chunk_offset(row, chunk));
-    const uint4 dv = *reinterpret_cast<const uint4*>(dv_tile + chunk_offset(row, chunk));
-    const int64_t element = chunk * (kChunkBytes / 2);
+    if (j < item.span.k_start || j >= item.span.k_end) return;
+    const uint4 dk = *reinterpret_cast<const uint4*>(dk_tile + at);
+    const uint4 dv = *reinterpret_cast<const uint4*>(dv_tile + at);
     *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.dk.data) + j * p.dk.token_stride +
                               int64_t(item.kv_head) * p.dk.head_stride + element) = dk;
     *reinterpret_cast<uint4*>(static_cast<__nv_bfloat16*>(p.dv.data) + j * p.dv.token_stride +
                               int64_t(item.kv_head) * p.dv.head_stride + element) = dv;
-  }
+  });
 }
 
 // ---- kernel -------------------------------------------------------------------------------------

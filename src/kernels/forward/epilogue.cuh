@@ -5,6 +5,7 @@
 
 #include <cuda_bf16.h>
 
+#include "kernels/common/staged_rows.cuh"
 #include "kernels/forward/online_softmax.cuh"
 #include "kernels/forward/work_items.cuh"
 #include "kernels/hopper/sync.cuh"
@@ -71,13 +72,11 @@ __device__ __forceinline__ void write_outputs(const ForwardParams& p, const Work
   write_row_statistics(p, w, state, row_local, lane);
 }
 
-// O through shared memory: each warp writes its 16 rows of BF16 into `staging` (the consumer's
-// rows, kHeadDim * 2 bytes each; the 16-byte chunks of row t at chunk ^ (t % 8), so a warp's
-// stores of 8 rows hit distinct banks) and copies them to O with 16-byte stores, two or four
-// whole rows per warp instruction instead of 16 bytes of each of 8 rows (measured with the
-// timeline probe: the direct stores held the consumers for ~2 us per item). The rows are the
-// warp's own, so a warp sync orders the copies. The caller alternates two staging tiles between
-// items. The API guarantees O's 16-byte alignment (data and strides, memory_checks.cpp).
+// O through shared memory (StagedRows): each warp stages its 16 rows of BF16 and copies them to
+// O with 16-byte stores of whole rows instead of 16 bytes of each of 8 rows (measured with the
+// timeline probe: the direct stores held the consumers for ~2 us per item). `staging` holds the
+// consumer's rows; the caller alternates two staging tiles between items. The API guarantees O's
+// 16-byte alignment (data and strides, memory_checks.cpp).
 template <int kHeadDim, int kOutRegisters, int kRegisters>
 __device__ __forceinline__ void write_outputs_staged(const ForwardParams& p, const WorkItem& w,
                                                      const float (&o)[kRegisters], RowState& state,
@@ -85,14 +84,7 @@ __device__ __forceinline__ void write_outputs_staged(const ForwardParams& p, con
                                                      int consumer_row0, int first_row,
                                                      uint8_t* staging) {
   static_assert(kOutRegisters == kHeadDim / 2, "the accumulator holds the row's O");
-  constexpr int kRowBytes = kHeadDim * 2;
-  constexpr int kChunkBytes = 16;
-  constexpr int kChunksPerRow = kRowBytes / kChunkBytes;
-  constexpr int kSwizzleRows = 8;
-  constexpr int kRowsPerWarp = 16;  // rows lane / 4 and lane / 4 + 8 of the warp's m16 slice
-  auto chunk_offset = [](int row, int chunk) {
-    return row * kRowBytes + ((chunk ^ (row % kSwizzleRows)) * kChunkBytes);
-  };
+  using Rows = StagedRows<kHeadDim>;
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
     const float inv = inverse_row_sum(state.row_sum[r]);
@@ -100,25 +92,18 @@ __device__ __forceinline__ void write_outputs_staged(const ForwardParams& p, con
 #pragma unroll
     for (int c = 0; c < kOutRegisters / 4; ++c) {
       const int i = 4 * c + 2 * r;
-      *reinterpret_cast<uint32_t*>(staging + chunk_offset(row, c) + 4 * (lane & 3)) =
-          pack_bf16x2(o[i] * inv, o[i + 1] * inv);
+      Rows::store_pair(staging, row, c, 4 * (lane & 3), o[i] * inv, o[i + 1] * inv);
     }
   }
   write_row_statistics(p, w, state, row_local, lane);
-  __syncwarp();
-  constexpr int kRowsPerPass = 32 / kChunksPerRow;
-  const int warp_row0 = first_row / kRowsPerWarp * kRowsPerWarp;
-  const int chunk = lane % kChunksPerRow;
-#pragma unroll
-  for (int pass = 0; pass < kRowsPerWarp / kRowsPerPass; ++pass) {
-    const int row = warp_row0 + pass * kRowsPerPass + lane / kChunksPerRow;
+  const int warp_row0 = first_row / Rows::kRowsPerWarp * Rows::kRowsPerWarp;
+  Rows::copy_warp_rows(warp_row0, lane, [&](int row, int element, int at) {
     const int local = w.geo.q0 + consumer_row0 + row;
-    if (local >= w.geo.q_len) continue;
-    const uint4 v = *reinterpret_cast<const uint4*>(staging + chunk_offset(row, chunk));
+    if (local >= w.geo.q_len) return;
     const int64_t token = w.geo.q_start + local;
     __nv_bfloat16* out = p.o + token * p.o_token_stride + int64_t(w.head) * p.o_head_stride;
-    *reinterpret_cast<uint4*>(out + chunk * (kChunkBytes / 2)) = v;
-  }
+    *reinterpret_cast<uint4*>(out + element) = *reinterpret_cast<const uint4*>(staging + at);
+  });
 }
 
 }  // namespace flamia::forward
