@@ -35,6 +35,14 @@ struct Fp8RegisterBudget {
                 "the CTA's register allocation");
 };
 
+// The FP8 key warpgroups issue the next step's opening products (Sᵀ and dPᵀ's first half) as soon
+// as their step's dV and dK products are issued, so that the tensor cores run them under the
+// step's tail (hand-off, waits, barriers) instead of after it. Their 48 accumulator registers
+// then live across the tail: head dim 64 has them (its key warpgroups peak at ~155 of 184
+// registers), 128 does not (~200 of 208).
+template <int kHeadDim, bool kBf16Grad>
+constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim == 64;
+
 // Named barriers (0 is __syncthreads, which the FP8 CTA never uses: its roles never all meet).
 enum NamedBarrier : int {
   kKeyWarpgroupsBarrier = 1,  // the key warpgroups (kThreads): a step's loads are in
