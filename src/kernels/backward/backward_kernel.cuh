@@ -100,6 +100,7 @@ __device__ __forceinline__ void mma_scores(
 struct OpeningProducts {
   float s[kScoreRegisters];
   float dp[kHalfScoreRegisters];
+  float dp_second[kHalfScoreRegisters];  // kPipelinedOpening: dPᵀ's second half too
 };
 
 template <int kHeadDim, bool kBf16Grad>
@@ -110,6 +111,9 @@ __device__ __forceinline__ void issue_opening_products(
   hopper::warpgroup_fence();
   mma_scores<kHeadDim, kBf16Grad, kOverwrite>(opening.s, smem, tiles, key_row0);
   mma_score_gradient_half<kHeadDim, kBf16Grad, kOverwrite>(opening.dp, smem, tiles, key_row0, 0);
+  if constexpr (kOverwrite)
+    mma_score_gradient_half<kHeadDim, kBf16Grad, kOverwrite>(opening.dp_second, smem, tiles,
+                                                             key_row0, 1);
   hopper::warpgroup_commit();
 }
 
@@ -252,11 +256,13 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
       if (threadIdx.x == 0) timeline::lap(timeline::kStepFirstHalf);
   }
   {
-    float dp[kHalfScoreRegisters];
-    hopper::warpgroup_fence();
-    mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, tiles, key_row0, 1);
-    hopper::warpgroup_commit();
-    hopper::warpgroup_wait<0>();
+    float (&dp)[kHalfScoreRegisters] = kPipelined ? products.dp_second : own.dp_second;
+    if constexpr (!kPipelined) {
+      hopper::warpgroup_fence();
+      mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, tiles, key_row0, 1);
+      hopper::warpgroup_commit();
+      hopper::warpgroup_wait<0>();
+    }
     hopper::fence_registers(dp);
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepSecondProduct);
