@@ -50,10 +50,9 @@ namespace flamia::backward {
 
 // ---- products ---------------------------------------------------------------------------------
 
-// Sᵀ of the warpgroup's 64 keys against the tile's 64 queries and the first half of dPᵀ
-// (queries 0..31), or the second half of dPᵀ alone. Committed, not waited for. kOverwrite (FP8):
-// the first k step's wgmma does not read the old accumulator (mma_fp8_ss_overwrite), for
-// accumulators that live across the loop.
+// Sᵀ of the warpgroup's 64 keys against the tile's 64 queries, and a half of dPᵀ (queries 0..31
+// or 32..63). Neither committed nor waited for. kOverwrite (FP8): accumulators that live across
+// the step loop (mma_fp8_ss_step).
 template <int kHeadDim, bool kBf16Grad, bool kOverwrite = false>
 __device__ __forceinline__ void mma_score_gradient_half(
     float (&dp)[kHalfScoreRegisters], const BackwardStorage<kHeadDim, kBf16Grad>& smem,
@@ -70,14 +69,10 @@ __device__ __forceinline__ void mma_score_gradient_half(
   } else {
     const uint8_t* d_o = tiles.d_o + half * kHalfColumns * kHeadDim;
 #pragma unroll
-    for (int kk = 0; kk < kHeadDim / kFp8MmaK; ++kk) {
-      const uint64_t a = fp8_desc<kHeadDim>(smem.v + key_row0 * kHeadDim, kk);
-      const uint64_t b = fp8_desc<kHeadDim>(d_o, kk);
-      if (kOverwrite && kk == 0)
-        mma_fp8_ss_overwrite<kHalfColumns>(dp, a, b);
-      else
-        mma_fp8_ss<kHalfColumns>(dp, a, b, kk > 0);
-    }
+    for (int kk = 0; kk < kHeadDim / kFp8MmaK; ++kk)
+      mma_fp8_ss_step<kHalfColumns, kOverwrite>(
+          dp, fp8_desc<kHeadDim>(smem.v + key_row0 * kHeadDim, kk), fp8_desc<kHeadDim>(d_o, kk),
+          kk);
   }
 }
 
@@ -86,21 +81,18 @@ __device__ __forceinline__ void mma_scores(
     float (&s)[kScoreRegisters], const BackwardStorage<kHeadDim, kBf16Grad>& smem,
     const typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& tiles, int key_row0) {
 #pragma unroll
-  for (int kk = 0; kk < kHeadDim / kFp8MmaK; ++kk) {
-    const uint64_t a = fp8_desc<kHeadDim>(smem.k + key_row0 * kHeadDim, kk);
-    const uint64_t b = fp8_desc<kHeadDim>(tiles.q, kk);
-    if (kOverwrite && kk == 0)
-      mma_fp8_ss_overwrite<kBlockM>(s, a, b);
-    else
-      mma_fp8_ss<kBlockM>(s, a, b, kk > 0);
-  }
+  for (int kk = 0; kk < kHeadDim / kFp8MmaK; ++kk)
+    mma_fp8_ss_step<kBlockM, kOverwrite>(s, fp8_desc<kHeadDim>(smem.k + key_row0 * kHeadDim, kk),
+                                         fp8_desc<kHeadDim>(tiles.q, kk), kk);
 }
 
-// The products that open a step: Sᵀ and dPᵀ's first half, one commit group.
+// The products that open a step, one commit group: Sᵀ and dPᵀ's first half, and with
+// kPipelinedOpening dPᵀ's second half too (otherwise the step issues it after the first half's
+// element-wise work, which then runs under it).
 struct OpeningProducts {
   float s[kScoreRegisters];
   float dp[kHalfScoreRegisters];
-  float dp_second[kHalfScoreRegisters];  // kPipelinedOpening: dPᵀ's second half too
+  float dp_second[kHalfScoreRegisters];
 };
 
 template <int kHeadDim, bool kBf16Grad>
@@ -214,14 +206,11 @@ struct KeyWarpgroupDq<kHeadDim, false> {};
 // (ptxas serializes the products otherwise: C7514); the kernel waits for them before its
 // epilogue. Otherwise the step issues its own opening products (`opening` is unused).
 template <int kHeadDim, bool kBf16Grad, bool kDebugPHat>
-__device__ __forceinline__ void backward_step(const BackwardParams& p, const KeyTileItem& item,
-                                              BackwardStorage<kHeadDim, kBf16Grad>& smem,
-                                              KeyGradientState<kHeadDim>& state,
-                                              const KeyRowFactors& key,
-                                              const int (&tile_row)[kRowsPerThread],
-                                              const StepCursor& step, bool unmasked,
-                                              KeyWarpgroupDq<kHeadDim, kBf16Grad>& dq,
-                                              OpeningProducts& opening, const StepCursor& next) {
+__device__ __forceinline__ void backward_step(
+    const BackwardParams& p, const KeyTileItem& item, BackwardStorage<kHeadDim, kBf16Grad>& smem,
+    KeyGradientState<kHeadDim>& state, const KeyRowFactors& key,
+    const int (&tile_row)[kRowsPerThread], const StepCursor& step, bool unmasked,
+    KeyWarpgroupDq<kHeadDim, kBf16Grad>& dq, OpeningProducts& opening, const StepCursor& next) {
   constexpr bool kPipelined = kPipelinedOpening<kHeadDim, kBf16Grad>;
   using Tile = BackwardTile<kHeadDim>;
   const auto& tiles = smem.stage[step.stage];
@@ -234,12 +223,13 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
   const int key_row0 = warpgroup * kKeysPerWarpgroup;
   OpeningProducts own;  // (the wgmma asm reads its accumulators: a fresh one per step)
   OpeningProducts& products = kPipelined ? opening : own;
-  float (&s)[kScoreRegisters] = products.s;
+  float(&s)[kScoreRegisters] = products.s;
   float ds[kScoreRegisters];  // FP8: x = dS * 2^eq_i (score_gradient_half); BF16grad: dS
   uint32_t p_hat[kBlockM / kFp8MmaK][4];  // P̂ᵀ as dV's A operand, a k step per half
   {
-    float (&dp)[kHalfScoreRegisters] = products.dp;
-    if constexpr (!kPipelined) issue_opening_products<kHeadDim, kBf16Grad>(own, smem, tiles, key_row0);
+    float(&dp)[kHalfScoreRegisters] = products.dp;
+    if constexpr (!kPipelined)
+      issue_opening_products<kHeadDim, kBf16Grad>(own, smem, tiles, key_row0);
     hopper::warpgroup_wait<0>();
     hopper::fence_registers(s);
     hopper::fence_registers(dp);
@@ -256,7 +246,7 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
       if (threadIdx.x == 0) timeline::lap(timeline::kStepFirstHalf);
   }
   {
-    float (&dp)[kHalfScoreRegisters] = kPipelined ? products.dp_second : own.dp_second;
+    float(&dp)[kHalfScoreRegisters] = kPipelined ? products.dp_second : own.dp_second;
     if constexpr (!kPipelined) {
       hopper::warpgroup_fence();
       mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, tiles, key_row0, 1);
