@@ -10,13 +10,17 @@ FP8_N = (32, 64, 128, 160, 192, 256)
 # Register-A FP8 shapes only: P̂·[V̂ | row-sum rows] of the forward (head dim + 8 columns).
 FP8_RS_ONLY_N = (72, 136)
 BF16_N = (32, 64, 128)
+# SS FP8 shapes with a write-only variant for a product's first k step (D = A*B): the compiler then
+# sees the old accumulator as dead, which matters where it is loop-carried (the backward's
+# pipelined opening products).
+FP8_SS_OVERWRITE_N = (32, 64)
 OUT = pathlib.Path(__file__).resolve().parent.parent / "src/kernels/hopper/wgmma_ops.cuh"
 
 
-def outputs(n):
+def outputs(n, constraint="+f"):
     regs = n // 2
     lst = ", ".join(f"%{i}" for i in range(regs))
-    binds = ", ".join(f'"+f"(d[{i}])' for i in range(regs))
+    binds = ", ".join(f'"{constraint}"(d[{i}])' for i in range(regs))
     return regs, lst, binds
 
 
@@ -31,6 +35,21 @@ __device__ __forceinline__ void wgmma_fp8_ss_n{n}(float (&d)[{regs}], uint64_t d
       "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 {{{lst}}}, %{regs}, %{regs + 1}, p, 1, 1;\\n}}\\n"
       : {binds}
       : "l"(desc_a), "l"(desc_b), "r"(accumulate));
+}}
+"""
+
+
+def fp8_ss_overwrite(n):
+    regs, lst, binds = outputs(n, "=f")
+    return f"""
+// D[64 x {n}] = A[64 x 32] * B[{n} x 32]^T (the old D neither read nor kept), shared memory.
+__device__ __forceinline__ void wgmma_fp8_ss_n{n}_overwrite(float (&d)[{regs}], uint64_t desc_a,
+                                                            uint64_t desc_b) {{
+  asm volatile(
+      "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{regs + 2}, 0;\\n"
+      "wgmma.mma_async.sync.aligned.m64n{n}k32.f32.e4m3.e4m3 {{{lst}}}, %{regs}, %{regs + 1}, p, 1, 1;\\n}}\\n"
+      : {binds}
+      : "l"(desc_a), "l"(desc_b), "r"(0));
 }}
 """
 
@@ -91,6 +110,8 @@ def main():
         parts += [fp8_ss(n), fp8_rs(n)]
     for n in FP8_RS_ONLY_N:
         parts.append(fp8_rs(n))
+    for n in FP8_SS_OVERWRITE_N:
+        parts.append(fp8_ss_overwrite(n))
     for n in BF16_N:
         parts += [bf16_ss(n), bf16_rs(n)]
     parts.append("\n}  // namespace flamia::hopper\n// clang-format on\n")

@@ -35,6 +35,15 @@ struct Fp8RegisterBudget {
                 "the CTA's register allocation");
 };
 
+// The FP8 key warpgroups issue the next step's products Sᵀ and dPᵀ (both halves) at the end of
+// their step, right after its hand-off, so that the tensor cores run them under the step's tail
+// (the wait for dV and dK, the loads' barrier) and the next step starts with them landed or
+// nearly so (head dim 64: backward kernel -4%; backward_kernel.cuh, backward_step). Their 64
+// accumulator registers then live across the tail: head dim 64 has them (its key warpgroups keep
+// below 168), 128 does not (~200 of 208 live; ptxas spills and serializes the wgmma).
+template <int kHeadDim, bool kBf16Grad>
+constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim == 64;
+
 // Named barriers (0 is __syncthreads, which the FP8 CTA never uses: its roles never all meet).
 enum NamedBarrier : int {
   kKeyWarpgroupsBarrier = 1,  // the key warpgroups (kThreads): a step's loads are in

@@ -50,9 +50,10 @@ namespace flamia::backward {
 
 // ---- products ---------------------------------------------------------------------------------
 
-// Sᵀ of the warpgroup's 64 keys against the tile's 64 queries and the first half of dPᵀ
-// (queries 0..31), or the second half of dPᵀ alone. Committed, not waited for.
-template <int kHeadDim, bool kBf16Grad>
+// Sᵀ of the warpgroup's 64 keys against the tile's 64 queries, and a half of dPᵀ (queries 0..31
+// or 32..63). Neither committed nor waited for. kOverwrite (FP8): accumulators that live across
+// the step loop (mma_fp8_ss_step).
+template <int kHeadDim, bool kBf16Grad, bool kOverwrite = false>
 __device__ __forceinline__ void mma_score_gradient_half(
     float (&dp)[kHalfScoreRegisters], const BackwardStorage<kHeadDim, kBf16Grad>& smem,
     const typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& tiles, int key_row0,
@@ -69,19 +70,43 @@ __device__ __forceinline__ void mma_score_gradient_half(
     const uint8_t* d_o = tiles.d_o + half * kHalfColumns * kHeadDim;
 #pragma unroll
     for (int kk = 0; kk < kHeadDim / kFp8MmaK; ++kk)
-      mma_fp8_ss<kHalfColumns>(dp, fp8_desc<kHeadDim>(smem.v + key_row0 * kHeadDim, kk),
-                               fp8_desc<kHeadDim>(d_o, kk), kk > 0);
+      mma_fp8_ss_step<kHalfColumns, kOverwrite>(
+          dp, fp8_desc<kHeadDim>(smem.v + key_row0 * kHeadDim, kk), fp8_desc<kHeadDim>(d_o, kk),
+          kk);
   }
 }
 
-template <int kHeadDim, bool kBf16Grad>
+template <int kHeadDim, bool kBf16Grad, bool kOverwrite = false>
 __device__ __forceinline__ void mma_scores(
     float (&s)[kScoreRegisters], const BackwardStorage<kHeadDim, kBf16Grad>& smem,
     const typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& tiles, int key_row0) {
 #pragma unroll
   for (int kk = 0; kk < kHeadDim / kFp8MmaK; ++kk)
-    mma_fp8_ss<kBlockM>(s, fp8_desc<kHeadDim>(smem.k + key_row0 * kHeadDim, kk),
-                        fp8_desc<kHeadDim>(tiles.q, kk), kk > 0);
+    mma_fp8_ss_step<kBlockM, kOverwrite>(s, fp8_desc<kHeadDim>(smem.k + key_row0 * kHeadDim, kk),
+                                         fp8_desc<kHeadDim>(tiles.q, kk), kk);
+}
+
+// The products that open a step, one commit group: Sᵀ and dPᵀ's first half, and with
+// kPipelinedOpening dPᵀ's second half too (otherwise the step issues it after the first half's
+// element-wise work, which then runs under it).
+struct OpeningProducts {
+  float s[kScoreRegisters];
+  float dp[kHalfScoreRegisters];
+  float dp_second[kHalfScoreRegisters];
+};
+
+template <int kHeadDim, bool kBf16Grad>
+__device__ __forceinline__ void issue_opening_products(
+    OpeningProducts& opening, const BackwardStorage<kHeadDim, kBf16Grad>& smem,
+    const typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& tiles, int key_row0) {
+  constexpr bool kOverwrite = kPipelinedOpening<kHeadDim, kBf16Grad>;  // loop-carried there
+  hopper::warpgroup_fence();
+  mma_scores<kHeadDim, kBf16Grad, kOverwrite>(opening.s, smem, tiles, key_row0);
+  mma_score_gradient_half<kHeadDim, kBf16Grad, kOverwrite>(opening.dp, smem, tiles, key_row0, 0);
+  if constexpr (kOverwrite)
+    mma_score_gradient_half<kHeadDim, kBf16Grad, kOverwrite>(opening.dp_second, smem, tiles,
+                                                             key_row0, 1);
+  hopper::warpgroup_commit();
 }
 
 // dV += P̂ᵀ dÔ'' (64 queries = 2 k32 steps; B = dÔ''ᵀ [d][query], 64-byte rows). Not committed.
@@ -173,14 +198,20 @@ struct KeyWarpgroupDq {
 template <int kHeadDim>
 struct KeyWarpgroupDq<kHeadDim, false> {};
 
+// kPipelinedOpening: `opening` holds the step's opening products, in flight since the previous
+// step (or the prologue), and once this step's dV and dK products are issued and its hand-off is
+// done, the next step's opening products are issued into `opening` (as soon as its copies have
+// landed), to run under this step's tail. After the last step they are issued all the same, on
+// the step's own stage, so that every path through the loop has the same wgmma groups in flight
+// (ptxas serializes the products otherwise: C7514); the kernel waits for them before its
+// epilogue. Otherwise the step issues its own opening products (`opening` is unused).
 template <int kHeadDim, bool kBf16Grad, bool kDebugPHat>
-__device__ __forceinline__ void backward_step(const BackwardParams& p, const KeyTileItem& item,
-                                              BackwardStorage<kHeadDim, kBf16Grad>& smem,
-                                              KeyGradientState<kHeadDim>& state,
-                                              const KeyRowFactors& key,
-                                              const int (&tile_row)[kRowsPerThread],
-                                              const StepCursor& step, bool unmasked,
-                                              KeyWarpgroupDq<kHeadDim, kBf16Grad>& dq) {
+__device__ __forceinline__ void backward_step(
+    const BackwardParams& p, const KeyTileItem& item, BackwardStorage<kHeadDim, kBf16Grad>& smem,
+    KeyGradientState<kHeadDim>& state, const KeyRowFactors& key,
+    const int (&tile_row)[kRowsPerThread], const StepCursor& step, bool unmasked,
+    KeyWarpgroupDq<kHeadDim, kBf16Grad>& dq, OpeningProducts& opening, const StepCursor& next) {
+  constexpr bool kPipelined = kPipelinedOpening<kHeadDim, kBf16Grad>;
   using Tile = BackwardTile<kHeadDim>;
   const auto& tiles = smem.stage[step.stage];
   const int head = step.head(item, p.group_size);
@@ -190,15 +221,15 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
   const auto& qf = smem.query[step.stage];
 
   const int key_row0 = warpgroup * kKeysPerWarpgroup;
-  float s[kScoreRegisters];
+  OpeningProducts own;  // (the wgmma asm reads its accumulators: a fresh one per step)
+  OpeningProducts& products = kPipelined ? opening : own;
+  float(&s)[kScoreRegisters] = products.s;
   float ds[kScoreRegisters];  // FP8: x = dS * 2^eq_i (score_gradient_half); BF16grad: dS
   uint32_t p_hat[kBlockM / kFp8MmaK][4];  // P̂ᵀ as dV's A operand, a k step per half
   {
-    float dp[kHalfScoreRegisters];
-    hopper::warpgroup_fence();
-    mma_scores<kHeadDim, kBf16Grad>(s, smem, tiles, key_row0);
-    mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, tiles, key_row0, 0);
-    hopper::warpgroup_commit();
+    float(&dp)[kHalfScoreRegisters] = products.dp;
+    if constexpr (!kPipelined)
+      issue_opening_products<kHeadDim, kBf16Grad>(own, smem, tiles, key_row0);
     hopper::warpgroup_wait<0>();
     hopper::fence_registers(s);
     hopper::fence_registers(dp);
@@ -215,11 +246,13 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
       if (threadIdx.x == 0) timeline::lap(timeline::kStepFirstHalf);
   }
   {
-    float dp[kHalfScoreRegisters];
-    hopper::warpgroup_fence();
-    mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, tiles, key_row0, 1);
-    hopper::warpgroup_commit();
-    hopper::warpgroup_wait<0>();
+    float(&dp)[kHalfScoreRegisters] = kPipelined ? products.dp_second : own.dp_second;
+    if constexpr (!kPipelined) {
+      hopper::warpgroup_fence();
+      mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, tiles, key_row0, 1);
+      hopper::warpgroup_commit();
+      hopper::warpgroup_wait<0>();
+    }
     hopper::fence_registers(dp);
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepSecondProduct);
@@ -287,7 +320,16 @@ __device__ __forceinline__ void backward_step(const BackwardParams& p, const Key
     // dQ's operand goes to the dQ warpgroup while dV and dK run.
     hand_off_score_gradient(ds, tile_row, lane, smem.key_centered_scale,
                             smem.score_gradient[step.stage], step.stage);
-    hopper::warpgroup_wait<0>();
+    if constexpr (kPipelined) {
+      // Sᵀ and dPᵀ read the row-major Q̂ and dÔ tiles, which no mask touches: the copies having
+      // landed is enough (the masks and the barrier of finish_step_loads follow, before the next
+      // step's element-wise work and dK, dV products).
+      const bool more = next.valid(item);
+      if (more) hopper::mbarrier_wait(&smem.query_full[next.stage], next.phase);
+      issue_opening_products<kHeadDim, kBf16Grad>(
+          opening, smem, smem.stage[more ? next.stage : step.stage], key_row0);
+    }
+    hopper::warpgroup_wait<kPipelined ? 1 : 0>();  // dV and dK (the next opening runs on)
   }
   hopper::fence_registers(state.dv);
   hopper::fence_registers(state.dk);
@@ -440,13 +482,17 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   if constexpr (timeline::kEnabled) {
     if (laps) timeline::lap_start();
   }
+  OpeningProducts opening;  // kPipelinedOpening: the next step's products, in flight
+  if constexpr (kPipelinedOpening<kHeadDim, kBf16Grad>)  // (stage 0: the first step's, if any)
+    issue_opening_products<kHeadDim, kBf16Grad>(opening, smem, smem.stage[step.stage],
+                                                warpgroup * kKeysPerWarpgroup);
   while (step.valid(item)) {
     const StepCursor next = step.next(p.group_size);
     issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     hopper::async_copy_commit();
     KeyWarpgroupDq<kHeadDim, kBf16Grad> dq;
     backward_step<kHeadDim, kBf16Grad, kDebugPHat>(p, item, smem, state, key, tile_row, step,
-                                                   unmasked.contains(step.q0), dq);
+                                                   unmasked.contains(step.q0), dq, opening, next);
     if constexpr (kBf16Grad) accumulate_dq<kHeadDim>(p, item, smem.query[step.stage], step, dq);
     finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     if constexpr (timeline::kEnabled) {
@@ -454,6 +500,8 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
     }
     step = next;
   }
+  // The opening products issued after the last step (on its stage, which the epilogue reuses).
+  if constexpr (kPipelinedOpening<kHeadDim, kBf16Grad>) hopper::warpgroup_wait<0>();
   if (threadIdx.x == 0) timeline::stamp(blockIdx.x, 2);
   RowExponentPair dk_unit(0, 0);  // BF16grad: dK in units of 1
   if constexpr (!kBf16Grad) dk_unit = smem.dk_units[threadIdx.x];

@@ -20,6 +20,23 @@ __device__ __forceinline__ void mma_fp8_ss(float (&d)[kN / 2], uint64_t a, uint6
   if constexpr (kN == 128) hopper::wgmma_fp8_ss_n128(d, a, b, accumulate);
 }
 
+// K step kk of an SS product: the first one starts D (kOverwrite: through the write-only wgmma,
+// so that the compiler sees the old accumulator as dead where it is loop-carried), the others
+// accumulate.
+template <int kN, bool kOverwrite>
+__device__ __forceinline__ void mma_fp8_ss_step(float (&d)[kN / 2], uint64_t a, uint64_t b,
+                                                int kk) {
+  if constexpr (kOverwrite) {
+    static_assert(kN == 32 || kN == 64, "FP8 SS width with a write-only variant");
+    if (kk == 0) {
+      if constexpr (kN == 32) hopper::wgmma_fp8_ss_n32_overwrite(d, a, b);
+      if constexpr (kN == 64) hopper::wgmma_fp8_ss_n64_overwrite(d, a, b);
+      return;
+    }
+  }
+  mma_fp8_ss<kN>(d, a, b, kk > 0);
+}
+
 template <int kN>
 __device__ __forceinline__ void mma_fp8_rs(float (&d)[kN / 2], const uint32_t (&a)[4], uint64_t b,
                                            int accumulate) {
