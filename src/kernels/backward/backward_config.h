@@ -35,14 +35,26 @@ struct Fp8RegisterBudget {
                 "the CTA's register allocation");
 };
 
-// The FP8 key warpgroups issue the next step's products Sᵀ and dPᵀ (both halves) at the end of
-// their step, right after its hand-off, so that the tensor cores run them under the step's tail
-// (the wait for dV and dK, the loads' barrier) and the next step starts with them landed or
-// nearly so (head dim 64: backward kernel -4%; backward_kernel.cuh, backward_step). Their 64
-// accumulator registers then live across the tail: head dim 64 has them (its key warpgroups keep
-// below 168), 128 does not (~200 of 208 live; ptxas spills and serializes the wgmma).
+// The FP8 key warpgroups issue the next step's products Sᵀ and dPᵀ at the end of their step,
+// right after its hand-off, so that the tensor cores run them under the step's tail (the wait for
+// dV and dK, the loads' barrier) and the next step starts with them landed or nearly so
+// (backward_kernel.cuh, backward_step). Head dim 64 (backward kernel -4%): both dPᵀ halves, issued
+// while dV and dK still run. Head dim 128 has ~200 of its 208 registers live in the step; there
+// the opening would be Sᵀ and dPᵀ's first half, issued once dV and dK have completed (their A
+// operands free), which compiles with one spilled register in the step (4 bytes; and ptxas adds a
+// wgmma wait where the loop exits) and has not run on a GPU: a build with
+// -DFLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM=128 turns it on, to measure (off, the kernels compile to
+// the SASS measured at 38fcff7).
+#ifndef FLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM
+#define FLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM 64
+#endif
 template <int kHeadDim, bool kBf16Grad>
-constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim == 64;
+constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim <= FLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM;
+// Whether the opening includes dPᵀ's second half (16 more registers live through the first half's
+// element-wise work), and whether it is issued while dV and dK still run (their A operands, 16
+// registers, still held): head dim 64 has the registers for both.
+template <int kHeadDim>
+constexpr bool kRoomyOpening = kHeadDim == 64;
 
 // Named barriers (0 is __syncthreads, which the FP8 CTA never uses: its roles never all meet).
 enum NamedBarrier : int {

@@ -100,10 +100,13 @@ __device__ __forceinline__ void issue_opening_products(
     OpeningProducts& opening, const BackwardStorage<kHeadDim, kBf16Grad>& smem,
     const typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& tiles, int key_row0) {
   constexpr bool kOverwrite = kPipelinedOpening<kHeadDim, kBf16Grad>;  // loop-carried there
+  // (Head dim 128: an opaque copy of the row, or the compiler hoists the loop-invariant
+  // descriptors of the opening's key-side operands out of the step loop, 16 registers it spills.)
+  if constexpr (kOverwrite && !kRoomyOpening<kHeadDim>) asm volatile("" : "+r"(key_row0));
   hopper::warpgroup_fence();
   mma_scores<kHeadDim, kBf16Grad, kOverwrite>(opening.s, smem, tiles, key_row0);
   mma_score_gradient_half<kHeadDim, kBf16Grad, kOverwrite>(opening.dp, smem, tiles, key_row0, 0);
-  if constexpr (kOverwrite)
+  if constexpr (kOverwrite && kRoomyOpening<kHeadDim>)
     mma_score_gradient_half<kHeadDim, kBf16Grad, kOverwrite>(opening.dp_second, smem, tiles,
                                                              key_row0, 1);
   hopper::warpgroup_commit();
@@ -246,8 +249,9 @@ __device__ __forceinline__ void backward_step(
       if (threadIdx.x == 0) timeline::lap(timeline::kStepFirstHalf);
   }
   {
-    float(&dp)[kHalfScoreRegisters] = kPipelined ? products.dp_second : own.dp_second;
-    if constexpr (!kPipelined) {
+    constexpr bool kLanded = kPipelined && kRoomyOpening<kHeadDim>;
+    float(&dp)[kHalfScoreRegisters] = kLanded ? products.dp_second : own.dp_second;
+    if constexpr (!kLanded) {
       hopper::warpgroup_fence();
       mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, tiles, key_row0, 1);
       hopper::warpgroup_commit();
@@ -320,6 +324,8 @@ __device__ __forceinline__ void backward_step(
     // dQ's operand goes to the dQ warpgroup while dV and dK run.
     hand_off_score_gradient(ds, tile_row, lane, smem.key_centered_scale,
                             smem.score_gradient[step.stage], step.stage);
+    constexpr bool kOpenEarly = kPipelined && kRoomyOpening<kHeadDim>;  // else after dV and dK
+    if constexpr (!kOpenEarly) hopper::warpgroup_wait<0>();
     if constexpr (kPipelined) {
       // Sᵀ and dPᵀ read the row-major Q̂ and dÔ tiles, which no mask touches: the copies having
       // landed is enough (the masks and the barrier of finish_step_loads follow, before the next
@@ -329,7 +335,7 @@ __device__ __forceinline__ void backward_step(
       issue_opening_products<kHeadDim, kBf16Grad>(
           opening, smem, smem.stage[more ? next.stage : step.stage], key_row0);
     }
-    hopper::warpgroup_wait<kPipelined ? 1 : 0>();  // dV and dK (the next opening runs on)
+    if constexpr (kOpenEarly) hopper::warpgroup_wait<1>();  // dV and dK (the opening runs on)
   }
   hopper::fence_registers(state.dv);
   hopper::fence_registers(state.dk);
