@@ -50,11 +50,11 @@ struct Fp8RegisterBudget {
 #endif
 template <int kHeadDim, bool kBf16Grad>
 constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim <= FLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM;
-// Whether the opening includes dPᵀ's second half (16 more registers live through the first half's
-// element-wise work), and whether it is issued while dV and dK still run (their A operands, 16
-// registers, still held): head dim 64 has the registers for both.
-template <int kHeadDim>
-constexpr bool kRoomyOpening = kHeadDim == 64;
+// The full opening: dPᵀ's second half included (16 more registers live through the first half's
+// element-wise work), issued while dV and dK still run (their A operands, 16 registers, still
+// held). Head dim 64 has the registers for both.
+template <int kHeadDim, bool kBf16Grad>
+constexpr bool kFullOpening = kPipelinedOpening<kHeadDim, kBf16Grad>&& kHeadDim == 64;
 
 // Named barriers (0 is __syncthreads, which the FP8 CTA never uses: its roles never all meet).
 enum NamedBarrier : int {
