@@ -42,9 +42,9 @@ struct Fp8RegisterBudget {
 // while dV and dK still run. Head dim 128 has ~200 of its 208 registers live in the step; there
 // the opening would be Sᵀ and dPᵀ's first half, issued once dV and dK have completed (their A
 // operands free), which compiles with one spilled register in the step (4 bytes; and ptxas adds a
-// wgmma wait where the loop exits) and has not run on a GPU: a build with
-// -DFLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM=128 turns it on, to measure (off, the kernels compile to
-// the SASS measured at 38fcff7).
+// wgmma wait where the loop exits): a build with -DFLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM=128 turns
+// it on. Measured (session 24): the head-dim-128 backward 2-4% slower, so it stays off (off, the
+// kernels compile to the SASS measured at 38fcff7).
 #ifndef FLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM
 #define FLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM 64
 #endif
