@@ -4,8 +4,9 @@
 For every workload of bench/workloads.json (packed causal documents): forward and
 forward+backward time of flamia (FP8, quantization included: BF16 in, BF16 out) and of the BF16
 baselines available in this PyTorch -- FA2 varlen (torch.nn.attention.varlen.varlen_attn,
-causal = window_size (-1, 0)), FlexAttention with a document mask, and cuDNN SDPA where every
-document has the same length -- plus the FlashAttention-3 anchors of bench/anchors.json
+causal = window_size (-1, 0)), FlexAttention with a document mask, cuDNN SDPA where every
+document has the same length, and FlashAttention-4 where its wheels were carried (FA4_SITE,
+scripts/fetch-fa4-wheels) -- plus the FlashAttention-3 anchors of bench/anchors.json
 (measured on this H200 model; counted when faster than this run's best). Where the
 nvidia-cudnn-frontend wheel was carried (scripts/fetch-baseline-wheels), cuDNN's FP8 forward
 kernel on equal-length MHA workloads too, under "fp8_baselines" (not a BF16 baseline). Accuracy against the
@@ -167,6 +168,36 @@ def bench_fa2_varlen(q, k, v, d_o, cu, max_len):
         return out, (qq, kk, vv), d_o
 
     return time_pair(run)
+
+
+def fa4_varlen():
+    """FlashAttention-4's varlen function (flash-attn-4, CuTe DSL; its SM90 kernels here), from
+    the site directory FA4_SITE (scripts/fetch-fa4-wheels and scripts/fa4-unpack carry and unpack
+    it: its CuTe DSL package is found through a .pth file, which only a site directory reads).
+    Raises where it is not there."""
+    if not os.environ.get("FA4_SITE"):
+        raise RuntimeError("FA4_SITE not set (scripts/fetch-fa4-wheels)")
+    import site
+    site.addsitedir(os.environ["FA4_SITE"])
+    from flash_attn.cute import flash_attn_varlen_func
+    return flash_attn_varlen_func
+
+
+def fa4_runner(q, k, v, d_o, cu, max_len):
+    """run(grad) of FlashAttention-4 on the packed causal documents (GQA native)."""
+    fn = fa4_varlen()
+
+    def run(grad):
+        qq, kk, vv = with_grad((q, k, v), grad)
+        out = fn(qq, kk, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max_len,
+                 max_seqlen_k=max_len, causal=True)
+        return (out[0] if isinstance(out, tuple) else out), (qq, kk, vv), d_o
+
+    return run
+
+
+def bench_fa4(q, k, v, d_o, cu, max_len):
+    return time_pair(fa4_runner(q, k, v, d_o, cu, max_len))
 
 
 def bench_cudnn(q, k, v, d_o, doc_lens):
@@ -341,7 +372,8 @@ def main():
         baselines = {}
         for bname, fn in (("fa2_varlen", lambda: bench_fa2_varlen(q, k, v, d_o, cu, max_len)),
                           ("cudnn", lambda: bench_cudnn(q, k, v, d_o, w["doc_lens"])),
-                          ("flex", lambda: bench_flex(q, k, v, d_o, cu))):
+                          ("flex", lambda: bench_flex(q, k, v, d_o, cu)),
+                          ("fa4", lambda: bench_fa4(q, k, v, d_o, cu, max_len))):
             r = run_baseline(bname, fn, errors)
             if r is not None:
                 baselines[bname] = {"fwd_ms": r[0], "fwdbwd_ms": r[1]}
