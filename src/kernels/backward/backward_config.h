@@ -35,26 +35,15 @@ struct Fp8RegisterBudget {
                 "the CTA's register allocation");
 };
 
-// The FP8 key warpgroups issue the next step's products Sᵀ and dPᵀ at the end of their step,
-// right after its hand-off, so that the tensor cores run them under the step's tail (the wait for
-// dV and dK, the loads' barrier) and the next step starts with them landed or nearly so
-// (backward_kernel.cuh, backward_step). Head dim 64 (backward kernel -4%): both dPᵀ halves, issued
-// while dV and dK still run. Head dim 128 has ~200 of its 208 registers live in the step; there
-// the opening would be Sᵀ and dPᵀ's first half, issued once dV and dK have completed (their A
-// operands free), which compiles with one spilled register in the step (4 bytes; and ptxas adds a
-// wgmma wait where the loop exits): a build with -DFLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM=128 turns
-// it on. Measured (session 24): the head-dim-128 backward 2-4% slower, so it stays off (off, the
-// kernels compile to the SASS measured at 38fcff7).
-#ifndef FLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM
-#define FLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM 64
-#endif
+// Head dim 64's FP8 key warpgroups issue the next step's products (Sᵀ and both halves of dPᵀ) at
+// the end of their step, right after its hand-off and while its dV and dK still run, so that the
+// tensor cores run them under the step's tail (the wait for dV and dK, the loads' barrier) and
+// the next step starts with them landed or nearly so (backward_kernel.cuh, backward_step; backward
+// kernel -4%). Head dim 128 has ~200 of its 208 registers live in the step: its variant (Sᵀ and
+// dPᵀ's first half, issued once dV and dK have completed) spilled and measured 2-4% slower
+// (session 24, docs/results.md), as did the other orders tried there.
 template <int kHeadDim, bool kBf16Grad>
-constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim <= FLAMIA_PIPELINED_OPENING_MAX_HEAD_DIM;
-// The full opening: dPᵀ's second half included (16 more registers live through the first half's
-// element-wise work), issued while dV and dK still run (their A operands, 16 registers, still
-// held). Head dim 64 has the registers for both.
-template <int kHeadDim, bool kBf16Grad>
-constexpr bool kFullOpening = kPipelinedOpening<kHeadDim, kBf16Grad>&& kHeadDim == 64;
+constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim == 64;
 
 // Named barriers (0 is __syncthreads, which the FP8 CTA never uses: its roles never all meet).
 enum NamedBarrier : int {

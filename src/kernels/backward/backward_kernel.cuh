@@ -87,7 +87,7 @@ __device__ __forceinline__ void mma_scores(
 }
 
 // The products that open a step, one commit group: Sᵀ and dPᵀ's first half, and with
-// kFullOpening dPᵀ's second half too (otherwise the step issues it after the first half's
+// kPipelinedOpening dPᵀ's second half too (otherwise the step issues it after the first half's
 // element-wise work, which then runs under it).
 struct OpeningProducts {
   float s[kScoreRegisters];
@@ -100,13 +100,10 @@ __device__ __forceinline__ void issue_opening_products(
     OpeningProducts& opening, const BackwardStorage<kHeadDim, kBf16Grad>& smem,
     const typename BackwardStorage<kHeadDim, kBf16Grad>::QueryStage& tiles, int key_row0) {
   constexpr bool kOverwrite = kPipelinedOpening<kHeadDim, kBf16Grad>;  // loop-carried there
-  // (Head dim 128: an opaque copy of the row, or the compiler hoists the loop-invariant
-  // descriptors of the opening's key-side operands out of the step loop, 16 registers it spills.)
-  if constexpr (kOverwrite && !kFullOpening<kHeadDim, kBf16Grad>) asm volatile("" : "+r"(key_row0));
   hopper::warpgroup_fence();
   mma_scores<kHeadDim, kBf16Grad, kOverwrite>(opening.s, smem, tiles, key_row0);
   mma_score_gradient_half<kHeadDim, kBf16Grad, kOverwrite>(opening.dp, smem, tiles, key_row0, 0);
-  if constexpr (kFullOpening<kHeadDim, kBf16Grad>)
+  if constexpr (kOverwrite)
     mma_score_gradient_half<kHeadDim, kBf16Grad, kOverwrite>(opening.dp_second, smem, tiles,
                                                              key_row0, 1);
   hopper::warpgroup_commit();
@@ -202,8 +199,8 @@ template <int kHeadDim>
 struct KeyWarpgroupDq<kHeadDim, false> {};
 
 // kPipelinedOpening: `opening` holds the step's opening products, in flight since the previous
-// step (or the prologue), and after this step's hand-off (kFullOpening: while its dV and dK
-// products run; otherwise once they are done) the next step's opening products are issued into
+// step (or the prologue), and after this step's hand-off (while its dV and dK products run)
+// the next step's opening products are issued into
 // `opening` (as soon as its copies have landed), to run under this step's tail. After the last step
 // they are issued all the same, on the step's own stage, so that every path through the loop has
 // the same wgmma groups in flight (ptxas serializes the products otherwise: C7514); the kernel
@@ -216,7 +213,6 @@ __device__ __forceinline__ void backward_step(
     const int (&tile_row)[kRowsPerThread], const StepCursor& step, bool unmasked,
     KeyWarpgroupDq<kHeadDim, kBf16Grad>& dq, OpeningProducts& opening, const StepCursor& next) {
   constexpr bool kPipelined = kPipelinedOpening<kHeadDim, kBf16Grad>;
-  constexpr bool kFull = kFullOpening<kHeadDim, kBf16Grad>;
   using Tile = BackwardTile<kHeadDim>;
   const auto& tiles = smem.stage[step.stage];
   const int head = step.head(item, p.group_size);
@@ -251,8 +247,8 @@ __device__ __forceinline__ void backward_step(
       if (threadIdx.x == 0) timeline::lap(timeline::kStepFirstHalf);
   }
   {
-    float(&dp)[kHalfScoreRegisters] = kFull ? products.dp_second : own.dp_second;
-    if constexpr (!kFull) {
+    float(&dp)[kHalfScoreRegisters] = kPipelined ? products.dp_second : own.dp_second;
+    if constexpr (!kPipelined) {
       hopper::warpgroup_fence();
       mma_score_gradient_half<kHeadDim, kBf16Grad>(dp, smem, tiles, key_row0, 1);
       hopper::warpgroup_commit();
@@ -325,7 +321,7 @@ __device__ __forceinline__ void backward_step(
     // dQ's operand goes to the dQ warpgroup while dV and dK run.
     hand_off_score_gradient(ds, tile_row, lane, smem.key_centered_scale,
                             smem.score_gradient[step.stage], step.stage);
-    if constexpr (!kFull) hopper::warpgroup_wait<0>();  // dV and dK
+    if constexpr (!kPipelined) hopper::warpgroup_wait<0>();  // dV and dK
     if constexpr (kPipelined) {
       // Sᵀ and dPᵀ read the row-major Q̂ and dÔ tiles, which no mask touches: the copies having
       // landed is enough (the masks and the barrier of finish_step_loads follow, before the next
@@ -334,8 +330,8 @@ __device__ __forceinline__ void backward_step(
       if (more) hopper::mbarrier_wait(&smem.query_full[next.stage], next.phase);
       issue_opening_products<kHeadDim, kBf16Grad>(
           opening, smem, smem.stage[more ? next.stage : step.stage], key_row0);
+      hopper::warpgroup_wait<1>();  // dV and dK (the opening runs on)
     }
-    if constexpr (kFull) hopper::warpgroup_wait<1>();  // dV and dK (the opening runs on)
   }
   hopper::fence_registers(state.dv);
   hopper::fence_registers(state.dk);
