@@ -155,12 +155,18 @@ def bench_flamia_forward(q, k, v, cu, max_len, scale_mode):
                                    scale_mode=scale_mode)
 
 
+def kv_for_every_query_head(q, k, v):
+    """k, v with each KV head repeated for its query heads (varlen_attn takes equal counts)."""
+    group = q.shape[1] // k.shape[1]
+    if group == 1:
+        return k, v
+    return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+
+
 def bench_fa2_varlen(q, k, v, d_o, cu, max_len):
     from torch.nn.attention.varlen import varlen_attn
-    group = q.shape[1] // k.shape[1]
-    # varlen_attn takes equal head counts: GQA keys/values are expanded outside the timing
-    k_full = k.repeat_interleave(group, dim=1) if group > 1 else k
-    v_full = v.repeat_interleave(group, dim=1) if group > 1 else v
+    # GQA keys/values are expanded outside the timing
+    k_full, v_full = kv_for_every_query_head(q, k, v)
 
     def run(grad):
         qq, kk, vv = with_grad((q, k_full, v_full), grad)

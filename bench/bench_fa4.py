@@ -64,9 +64,7 @@ def main():
                                        "fwd_tflops": flops / fwd / 1e9,
                                        "fwdbwd_tflops": ba.FWD_BWD_FLOP_FACTOR * flops / fb / 1e9}
             from torch.nn.attention.varlen import varlen_attn
-            group = q.shape[1] // k.shape[1]
-            kf = k.repeat_interleave(group, dim=1) if group > 1 else k
-            vf = v.repeat_interleave(group, dim=1) if group > 1 else v
+            kf, vf = ba.kv_for_every_query_head(q, k, v)
             ref = varlen_attn(q, kf, vf, cu, cu, max_len, max_len, window_size=(-1, 0))
             rec["fa4_out_rel_l2_vs_fa2"] = rel_l2(out, ref)
         except Exception as e:  # reported, not fatal: the other baselines still run
