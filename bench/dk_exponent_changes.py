@@ -8,6 +8,9 @@ changes. A warp holds 16 key rows, so a warp-uniform skip of the rescale needs a
 their exponent. With hysteresis H (keep gk while amax fits and lies at most H binades below
 it), this prints the per-row change rate and the per-warp any-change rate over the visible
 steps of one causal document of N(0, 1) q, k, v, dO (float64 attention, exact-mode eq).
+Then the same for a carried rule (session 25, measured and not adopted: `carried_dk_exponent_ab`
+in bench/results/h200.json): raise gk to a block's own exponent plus R binades of headroom when
+that exceeds it, keep it otherwise, with how far below its own exponent a block's Ĥ then sits.
 
     python3 bench/dk_exponent_changes.py [--length 2048] [--dim 128]
 """
@@ -45,6 +48,14 @@ def main() -> None:
     keys = torch.arange(length)
     # steps after a key's own diagonal block (the first sets gk from nothing)
     steps = torch.stack([keys < b * QUERY_BLOCK for b in range(blocks)])
+
+    def rates(changes: torch.Tensor) -> tuple[float, float]:
+        """Per-row change rate and per-warp any-change rate over the visible steps."""
+        row_rate = (changes & steps).sum().item() / steps.sum().item()
+        warp_steps = steps.view(blocks, -1, KEYS_PER_WARP).all(2)
+        warp_changes = changes.view(blocks, -1, KEYS_PER_WARP).any(2) & warp_steps
+        return row_rate, warp_changes.sum().item() / max(warp_steps.sum().item(), 1)
+
     for hysteresis in (0, 1, 2, 3, 4):
         state = torch.full((length,), math.nan, dtype=torch.float64)
         changes = torch.zeros(blocks, length, dtype=torch.bool)
@@ -55,12 +66,25 @@ def main() -> None:
             update = (amax[b] > 0) & ~keep
             changes[b] = update & ~unset
             state = torch.where(update, new, state)
-        row_rate = (changes & steps).sum().item() / steps.sum().item()
-        warp_steps = steps.view(blocks, -1, KEYS_PER_WARP).all(2)
-        warp_changes = changes.view(blocks, -1, KEYS_PER_WARP).any(2) & warp_steps
-        warp_rate = warp_changes.sum().item() / max(warp_steps.sum().item(), 1)
+        row_rate, warp_rate = rates(changes)
         print(f"H={hysteresis}: gk changes on {100 * row_rate:.1f}% of a row's steps; "
               f"{100 * warp_rate:.1f}% of a warp's steps need a rescale")
+    for headroom in (0, 1, 2, 3):
+        state = torch.full((length,), -math.inf, dtype=torch.float64)
+        changes = torch.zeros(blocks, length, dtype=torch.bool)
+        below = []
+        for b in range(blocks):
+            new = scale_exponent(amax[b])
+            raise_ = (amax[b] > 0) & (new > state)
+            changes[b] = raise_ & torch.isfinite(state)
+            state = torch.where(raise_, new + headroom, state)
+            below.append((state - new)[amax[b] > 0])
+        row_rate, warp_rate = rates(changes)
+        below = torch.cat(below)
+        print(f"carried, R={headroom}: gk rises on {100 * row_rate:.1f}% of a row's steps; "
+              f"{100 * warp_rate:.1f}% of a warp's steps need a rescale; a block's Ĥ sits "
+              f"{below.mean().item():.2f} binades below its own exponent on average "
+              f"(max {below.max().item():.0f})")
 
 
 if __name__ == "__main__":
