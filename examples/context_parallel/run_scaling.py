@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """Scaling of flamia's ring attention (flamia.context_parallel) on 1, 2 and 4 GPUs.
 
-UNTESTED on GPUs: written without access to a GPU; only its CPU smoke mode (--cpu-smoke: gloo,
-tiny shapes, the pure-PyTorch block kernel instead of flamia's) has been run. Expect to fix small
-things on the first GPU run.
+Run on 1 and 2 H200s (nvidia-h200-x2, session 25: bench/results/context_parallel/); 4 GPUs not
+yet (no such machine lent). --cpu-smoke checks its logic on CPUs (gloo, tiny shapes, the
+pure-PyTorch block kernel instead of flamia's).
 
 Measures forward and forward+backward tokens/s of causal attention for two workloads:
 - doc128k: one 131072-token document;
@@ -230,7 +230,7 @@ def summarize(out: pathlib.Path, world_sizes):
         path = out / f"scaling_w{w}.json"
         if path.exists():
             per_world[w] = json.loads(path.read_text())
-    summary = dict(untested_script=True, created=time.strftime("%Y-%m-%dT%H:%M:%S"),
+    summary = dict(created=time.strftime("%Y-%m-%dT%H:%M:%S"),
                    meta=next(iter(per_world.values()))["meta"] if per_world else None,
                    workloads={})
     base = per_world.get(1)

@@ -405,7 +405,8 @@ def merge_partial(out_acc: Tensor, lse_acc: Tensor, out_b: Tensor, lse_b: Tensor
     w_acc = torch.exp(lse_acc - centre)  # exp(-inf) = 0 for rows with nothing yet
     w_b = torch.exp(lse_b.to(lse_acc.dtype) - centre)
     out_acc.mul_(w_acc.t().unsqueeze(2).to(out_acc.dtype))
-    out_acc.add_(out_b.to(out_acc.dtype) * w_b.t().unsqueeze(2).to(out_acc.dtype))
+    # out_b is read in its own dtype (exact in the accumulator's): no converted copy of it.
+    out_acc.add_(out_b * w_b.t().unsqueeze(2).to(out_acc.dtype))
     lse_acc.copy_(lse_new)
 
 
@@ -627,8 +628,7 @@ def _forward_program(rt: _Rank, q: Tensor, kv: Tensor) -> Generator:
     statistics (world_size, heads_q, tokens, 2) = {M, l_adj} of each ring step's block."""
     plan, r, world = rt.plan, rt.rank, rt.world_size
     acc_dtype = _stat_dtype(q)
-    out_acc = torch.zeros(q.shape, dtype=acc_dtype, device=q.device)
-    lse_acc = torch.full((q.shape[1], q.shape[0]), -math.inf, dtype=acc_dtype, device=q.device)
+    out_acc = lse_acc = None
     block_stats = []
     current = kv
     for step in range(world):
@@ -641,7 +641,14 @@ def _forward_program(rt: _Rank, q: Tensor, kv: Tensor) -> Generator:
         with torch.no_grad():
             out_b, lse_b, stats_b = rt.kernel.forward(q, k_s, v_s, blk.cu_q, blk.cu_k, blk.max_q,
                                                       blk.max_k, blk.layout.causal)
-        merge_partial(out_acc, lse_acc, out_b, lse_b)
+        if step == 0:
+            # The diagonal block starts the accumulator: exactly what merge_partial makes of it
+            # (weights 0 and 1), without an O-sized FP32 zero fill and rescale; one block is the
+            # result as it is.
+            out_acc = out_b if world == 1 else out_b.to(acc_dtype, copy=True)
+            lse_acc = lse_b.to(acc_dtype, copy=True)
+        else:
+            merge_partial(out_acc, lse_acc, out_b, lse_b)
         block_stats.append((stats_b, lse_b))
         if step + 1 < world:
             yield _Wait(handle)
@@ -651,7 +658,7 @@ def _forward_program(rt: _Rank, q: Tensor, kv: Tensor) -> Generator:
     return out_acc.to(q.dtype), lse_acc, stats
 
 
-def _center_correction(rt: _Rank, blk: DeviceBlock, q, k_s, v_s, k_own, out, dout, lse, delta,
+def _center_correction(rt: _Rank, blk: DeviceBlock, q, k_s, v_s, k_own, dout_acc, lse, delta,
                        dq_acc: Tensor) -> None:
     """Adds to dq_acc (FP32, in place) what flamia's FP8 dQ of one off-diagonal block misses.
 
@@ -672,7 +679,7 @@ def _center_correction(rt: _Rank, blk: DeviceBlock, q, k_s, v_s, k_own, out, dou
     heads_kv = k_s.shape[1]
     centre = torch.where(torch.isfinite(lse), lse, torch.zeros_like(lse))
     weight = torch.exp(lse_b.to(acc) - centre)  # 0 for rows without keys in the block
-    row_sum = weight * ((dout.to(acc) * out_b.to(acc)).sum(dim=2).t() - delta)  # (heads, tokens)
+    row_sum = weight * ((dout_acc * out_b).sum(dim=2).t() - delta)  # (heads, tokens)
     shift = k_s.index_select(0, blk.first_key_row).to(acc) - k_own.index_select(
         0, blk.ref_key_row).to(acc)  # (tokens, heads_kv, dim)
     shift.mul_(blk.has_key_row.to(acc).view(-1, 1, 1))
@@ -692,8 +699,12 @@ def _backward_program(rt: _Rank, q: Tensor, kv: Tensor, out: Tensor, dout: Tenso
     acc_dtype = _stat_dtype(q)
     tokens_own = plan.tokens(r)
     k_own = kv[0, :tokens_own]
-    dq_acc = torch.zeros(q.shape, dtype=acc_dtype, device=q.device)
-    delta = (dout.to(acc_dtype) * out.to(acc_dtype)).sum(dim=2).t()  # D_i = dO.O (global)
+    dq_acc = None
+    # D_i = dO.O (global), for the dQ correction of the off-diagonal blocks only
+    # dO in the accumulators' dtype, converted once (bf16 -> fp32 is exact; products with
+    # BF16 tensors read those in their own dtype)
+    dout_acc = dout.to(acc_dtype) if world > 1 else None
+    delta = (dout_acc * out).sum(dim=2).t() if world > 1 else None
     current = kv
     d_kv_in = handle_dkv = None
     for step in range(world):
@@ -708,9 +719,14 @@ def _backward_program(rt: _Rank, q: Tensor, kv: Tensor, out: Tensor, dout: Tenso
             dq_b, dk_b, dv_b = rt.kernel.backward(dout, q, k_s, v_s, out, lse, stats[step],
                                                   blk.cu_q, blk.cu_k, blk.max_q, blk.max_k,
                                                   blk.layout.causal)
-            dq_acc += dq_b.to(acc_dtype)
+            if step == 0:  # the diagonal block (s = r) starts the accumulator
+                dq_acc = dq_b if world == 1 else dq_b.to(acc_dtype, copy=True)
+            else:
+                dq_acc.add_(dq_b)
             if rt.kernel.centers_dq_keys and s != r and q.shape[0] > 0 and tokens_s > 0:
-                _center_correction(rt, blk, q, k_s, v_s, k_own, out, dout, lse, delta, dq_acc)
+                _center_correction(rt, blk, q, k_s, v_s, k_own, dout_acc, lse, delta, dq_acc)
+        if world == 1:  # the one block's gradients are the result
+            return dq_acc.to(q.dtype), dk_b.to(kv.dtype), dv_b.to(kv.dtype)
         d_kv = _kv_buffer(tokens_s, kv, dtype=acc_dtype)
         if tokens_s == 0:
             d_kv.zero_()  # the one padding token (no rank sends a zero-sized message)
