@@ -161,11 +161,12 @@ def _measure(args, name, seqlens, world, rank, device, dtype, options):
         cu = torch.tensor([0] + list(itertools.accumulate(seqlens)), dtype=torch.int32,
                           device=device)
         fq, fk, fv = (full[n].clone().requires_grad_() for n in ("q", "k", "v"))
+        call_options = {n: x for n, x in options.items() if n != "keep_block_outputs"}
 
         def single_step():
             fq.grad = fk.grad = fv.grad = None
             out = flamia.attn_varlen_func(fq, fk, fv, cu, cu, max(seqlens), max(seqlens),
-                                          causal=True, **options)
+                                          causal=True, **call_options)
             out.backward(full["dout"])
 
         single_ms = _timed(single_step, args.iters, args.warmup, device)
@@ -193,7 +194,8 @@ def run_worker(args):
         device, dtype = torch.device("cuda", local_rank), torch.bfloat16
         torch.cuda.set_device(local_rank)
         dist.init_process_group("nccl", device_id=device)
-        options = dict(scale_mode=args.scale_mode, precision=args.precision)
+        options = dict(scale_mode=args.scale_mode, precision=args.precision,
+                       keep_block_outputs=args.keep_block_outputs)
         total_tokens = TOTAL_TOKENS
     rank, world = dist.get_rank(), dist.get_world_size()
     results = []
@@ -215,7 +217,7 @@ def run_worker(args):
                     nccl_nvls_enable=os.environ.get("NCCL_NVLS_ENABLE"),
                     heads_q=args.heads_q, heads_kv=args.heads_kv, head_dim=args.head_dim,
                     iters=args.iters, warmup=args.warmup, scale_mode=args.scale_mode,
-                    precision=args.precision)
+                    precision=args.precision, keep_block_outputs=args.keep_block_outputs)
         (out / f"scaling_w{world}.json").write_text(json.dumps(dict(meta=meta, results=results),
                                                                indent=2) + "\n")
     dist.destroy_process_group()
@@ -271,6 +273,8 @@ def launch(args):
                "--heads-q", str(args.heads_q), "--heads-kv", str(args.heads_kv),
                "--head-dim", str(args.head_dim), "--scale-mode", args.scale_mode,
                "--precision", args.precision, "--workloads", *args.workloads]
+        if args.keep_block_outputs:
+            cmd.append("--keep-block-outputs")
         if args.cpu_smoke:
             cmd.append("--cpu-smoke")
         print("+", " ".join(cmd), flush=True)
@@ -294,6 +298,9 @@ def main():
     parser.add_argument("--head-dim", type=int, default=128)
     parser.add_argument("--scale-mode", default="exact", choices=("exact", "block32"))
     parser.add_argument("--precision", default="fp8", choices=("fp8", "fp8-bf16grad"))
+    parser.add_argument("--keep-block-outputs", action="store_true",
+                        help="ring_attention(keep_block_outputs=True): no extra forward per "
+                             "off-diagonal block in the backward, W - 1 outputs kept per rank")
     args = parser.parse_args()
     if args.cpu_smoke:
         args.heads_q, args.heads_kv, args.head_dim = (SMOKE_SHAPE[n] for n in SMOKE_SHAPE)

@@ -591,6 +591,7 @@ class _Rank:
     plan: ShardPlan
     rank: int
     kernel: object
+    keep_block_outputs: bool = False  # keep each off-diagonal block's (O_b, LSE_b) for the backward
 
     @property
     def world_size(self) -> int:
@@ -624,12 +625,14 @@ def _stat_dtype(x: Tensor) -> torch.dtype:
 
 
 def _forward_program(rt: _Rank, q: Tensor, kv: Tensor) -> Generator:
-    """Returns (out, lse, stats): out like q, lse (heads_q, tokens) and the backward's per-step
-    statistics (world_size, heads_q, tokens, 2) = {M, l_adj} of each ring step's block."""
+    """Returns (out, lse, stats, kept): out like q, lse (heads_q, tokens), the backward's per-step
+    statistics (world_size, heads_q, tokens, 2) = {M, l_adj} of each ring step's block, and with
+    rt.keep_block_outputs each step's (O_b, LSE_b) (None for the diagonal step 0), else None."""
     plan, r, world = rt.plan, rt.rank, rt.world_size
     acc_dtype = _stat_dtype(q)
     out_acc = lse_acc = None
     block_stats = []
+    kept = [None] if rt.keep_block_outputs else None
     current = kv
     for step in range(world):
         s = rt.source(step)
@@ -649,17 +652,19 @@ def _forward_program(rt: _Rank, q: Tensor, kv: Tensor) -> Generator:
             lse_acc = lse_b.to(acc_dtype, copy=True)
         else:
             merge_partial(out_acc, lse_acc, out_b, lse_b)
+            if kept is not None:
+                kept.append((out_b, lse_b))
         block_stats.append((stats_b, lse_b))
         if step + 1 < world:
             yield _Wait(handle)
             current = incoming
     stats = torch.stack([adjusted_stats(st.to(acc_dtype), lb.to(acc_dtype), lse_acc)
                          for st, lb in block_stats])
-    return out_acc.to(q.dtype), lse_acc, stats
+    return out_acc.to(q.dtype), lse_acc, stats, kept
 
 
 def _center_correction(rt: _Rank, blk: DeviceBlock, q, k_s, v_s, k_own, dout_acc, lse, delta,
-                       dq_acc: Tensor) -> None:
+                       dq_acc: Tensor, block_output=None) -> None:
     """Adds to dq_acc (FP32, in place) what flamia's FP8 dQ of one off-diagonal block misses.
 
     The FP8 backward computes dQ_i = scale * sum_j dS_ij (k_j - k_first(document)) over the
@@ -669,11 +674,15 @@ def _center_correction(rt: _Rank, blk: DeviceBlock, q, k_s, v_s, k_own, dout_acc
     block's dQ is short by scale * rs_b * k_first(b). Adding scale * rs_b * (k_first(b) - c)
     makes every block centred on the same c per query row (the first key of the row's diagonal
     block, whose own dQ needs nothing), and the sum over blocks is then the single-GPU result
-    (sum_b rs_b = 0). O_b and LSE_b are recomputed with one forward of the block (O-sized memory
-    would otherwise be kept per ring step)."""
-    with torch.no_grad():
-        out_b, lse_b, _ = rt.kernel.forward(q, k_s, v_s, blk.cu_q, blk.cu_k, blk.max_q,
-                                            blk.max_k, blk.layout.causal)
+    (sum_b rs_b = 0). O_b and LSE_b come from `block_output`, the forward's own (kept with
+    keep_block_outputs: O-sized memory per off-diagonal step), or are recomputed with one forward
+    of the block (bit for bit the same: the forward is deterministic)."""
+    if block_output is not None:
+        out_b, lse_b = block_output
+    else:
+        with torch.no_grad():
+            out_b, lse_b, _ = rt.kernel.forward(q, k_s, v_s, blk.cu_q, blk.cu_k, blk.max_q,
+                                                blk.max_k, blk.layout.causal)
     acc = dq_acc.dtype
     tokens, heads_q, dim = q.shape
     heads_kv = k_s.shape[1]
@@ -691,7 +700,7 @@ def _center_correction(rt: _Rank, blk: DeviceBlock, q, k_s, v_s, k_own, dout_acc
 
 
 def _backward_program(rt: _Rank, q: Tensor, kv: Tensor, out: Tensor, dout: Tensor, lse: Tensor,
-                      stats: Tensor) -> Generator:
+                      stats: Tensor, kept=None) -> Generator:
     """Returns (dq, dk, dv) of this rank's shard. K/V travel as in the forward; each block's
     dK/dV are added to an accumulator that follows the keys around the ring and reaches their
     owner after the last step."""
@@ -724,7 +733,8 @@ def _backward_program(rt: _Rank, q: Tensor, kv: Tensor, out: Tensor, dout: Tenso
             else:
                 dq_acc.add_(dq_b)
             if rt.kernel.centers_dq_keys and s != r and q.shape[0] > 0 and tokens_s > 0:
-                _center_correction(rt, blk, q, k_s, v_s, k_own, dout_acc, lse, delta, dq_acc)
+                _center_correction(rt, blk, q, k_s, v_s, k_own, dout_acc, lse, delta, dq_acc,
+                                   None if kept is None else kept[step])
         if world == 1:  # the one block's gradients are the result
             return dq_acc.to(q.dtype), dk_b.to(kv.dtype), dv_b.to(kv.dtype)
         d_kv = _kv_buffer(tokens_s, kv, dtype=acc_dtype)
@@ -867,10 +877,10 @@ class _RingAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, rt, group):
         kv = _pack_kv(k, v)
-        out, lse, stats = _drive_distributed(_forward_program(rt, q, kv), group, rt.rank,
-                                             rt.world_size)
+        out, lse, stats, kept = _drive_distributed(_forward_program(rt, q, kv), group, rt.rank,
+                                                   rt.world_size)
         ctx.save_for_backward(q, k, v, out, lse, stats)
-        ctx.rt, ctx.group = rt, group
+        ctx.rt, ctx.group, ctx.kept = rt, group, kept
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -880,22 +890,26 @@ class _RingAttentionFunction(torch.autograd.Function):
         rt = ctx.rt
         dout = torch.zeros_like(out) if dout is None else dout.contiguous()
         dq, dk, dv = _drive_distributed(
-            _backward_program(rt, q, _pack_kv(k, v), out, dout, lse, stats), ctx.group,
+            _backward_program(rt, q, _pack_kv(k, v), out, dout, lse, stats, ctx.kept), ctx.group,
             rt.rank, rt.world_size)
+        ctx.kept = None
         return dq, dk, dv, None, None
 
 
 def ring_attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, *, group=None,
                    softmax_scale=None, scale_mode: str = "exact", precision: str = "fp8",
                    deterministic: bool = False, key_smoothing="none", return_lse: bool = False,
-                   kernel=None):
+                   kernel=None, keep_block_outputs: bool = False):
     """Causal attention of this rank's shard (plan.shard(x, rank)) over the whole packed batch,
     across the ranks of `group` (default: the world) by ring exchange. Differentiable in q, k, v.
 
     Every rank must call it with the same plan, in the same order (the calls exchange tensors
     with the neighbours). Arguments as in flamia.attn_varlen_func; `kernel` replaces flamia's
-    kernels (e.g. TorchBlockKernel for CPU runs over gloo). Returns this rank's out (like q) or
-    (out, lse) with lse FP32 (heads_q, tokens) in natural log (no gradient)."""
+    kernels (e.g. TorchBlockKernel for CPU runs over gloo). keep_block_outputs keeps each
+    off-diagonal ring step's block output (W - 1 tensors like q per rank, until the backward) so
+    that the backward's dQ correction need not run that block's forward again (docs/
+    context-parallel.md §4.1; the results are bit for bit the same). Returns this rank's out (like
+    q) or (out, lse) with lse FP32 (heads_q, tokens) in natural log (no gradient)."""
     import torch.distributed as dist
 
     world = dist.get_world_size(group)
@@ -906,7 +920,8 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, *, group=No
         kernel = _default_kernel(q, softmax_scale, scale_mode, precision, deterministic,
                                  key_smoothing)
     _check_shard(plan, rank, q, k, v, kernel)
-    out, lse = _RingAttentionFunction.apply(q, k, v, _Rank(plan, rank, kernel), group)
+    out, lse = _RingAttentionFunction.apply(q, k, v,
+                                            _Rank(plan, rank, kernel, keep_block_outputs), group)
     return (out, lse) if return_lse else out
 
 
@@ -914,7 +929,7 @@ def simulate_ring_attention(plan: ShardPlan, qs: Sequence[Tensor], ks: Sequence[
                             vs: Sequence[Tensor], douts: Optional[Sequence[Tensor]] = None, *,
                             kernel=None, softmax_scale=None, scale_mode: str = "exact",
                             precision: str = "fp8", deterministic: bool = False,
-                            key_smoothing="none") -> dict:
+                            key_smoothing="none", keep_block_outputs: bool = False) -> dict:
     """Runs ring attention for all plan.world_size ranks in this process: every rank's forward
     (and, with `douts`, backward) program, ring step by ring step, the exchanges done as copies.
     Inputs and results are per-rank lists of shards. Returns dict(out, lse[, dq, dk, dv]).
@@ -925,7 +940,7 @@ def simulate_ring_attention(plan: ShardPlan, qs: Sequence[Tensor], ks: Sequence[
     if kernel is None:
         kernel = _default_kernel(qs[0], softmax_scale, scale_mode, precision, deterministic,
                                  key_smoothing)
-    ranks = [_Rank(plan, r, kernel) for r in range(world)]
+    ranks = [_Rank(plan, r, kernel, keep_block_outputs) for r in range(world)]
     for r in range(world):
         _check_shard(plan, r, qs[r], ks[r], vs[r], kernel)
     kvs = [_pack_kv(ks[r].detach(), vs[r].detach()) for r in range(world)]
@@ -936,6 +951,6 @@ def simulate_ring_attention(plan: ShardPlan, qs: Sequence[Tensor], ks: Sequence[
         return result
     bwd = _drive_lockstep([
         _backward_program(ranks[r], qs[r], kvs[r], fwd[r][0], douts[r].contiguous(),
-                          fwd[r][1], fwd[r][2]) for r in range(world)])
+                          fwd[r][1], fwd[r][2], fwd[r][3]) for r in range(world)])
     result.update(dq=[b[0] for b in bwd], dk=[b[1] for b in bwd], dv=[b[2] for b in bwd])
     return result

@@ -71,11 +71,11 @@ def reference_f64(data):
     return dict(out=out.detach(), lse=lse.detach(), dq=q.grad, dk=k.grad, dv=v.grad)
 
 
-def run_simulated(plan, data, kernel):
+def run_simulated(plan, data, kernel, **options):
     shards = {n: [plan.shard(data[n], r) for r in range(plan.world_size)]
               for n in ("q", "k", "v", "dout")}
     res = simulate_ring_attention(plan, shards["q"], shards["k"], shards["v"], shards["dout"],
-                                  kernel=kernel)
+                                  kernel=kernel, **options)
     full = {n: plan.unshard(res[n]) for n in ("out", "dq", "dk", "dv")}
     full["lse"] = plan.unshard([x.t() for x in res["lse"]]).t()
     return full
@@ -283,6 +283,31 @@ def test_simulated_ring_is_exact_in_float64(world, key_smoothing, centered_dq):
     for name in ("out", "dq", "dk", "dv"):
         assert torch.isfinite(ring[name]).all(), name
         assert rel_l2(ring[name], ref[name]) <= EXACT_F64, name
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_kept_block_outputs_give_the_same_ring(world):
+    """keep_block_outputs: the dQ correction reads the forward's own O_b, LSE_b instead of
+    running the block's forward again; the kernel is deterministic, so every result is bit for
+    bit the recomputing ring's."""
+    data = make_f64(AWKWARD_RING, seed=world)
+    plan = ShardPlan.build(AWKWARD_RING, world, min_split_tokens=small_split(world))
+    kernel = TorchBlockKernel(data["scale"], key_smoothing="first_key", centered_dq=True)
+    calls = {"forward": 0}
+    forward = kernel.forward
+
+    def counting_forward(*args):
+        calls["forward"] += 1
+        return forward(*args)
+
+    kernel.forward = counting_forward
+    recomputed = run_simulated(plan, data, kernel)
+    recomputing_calls, calls["forward"] = calls["forward"], 0
+    kept = run_simulated(plan, data, kernel, keep_block_outputs=True)
+    assert recomputing_calls == world * world + world * (world - 1)  # ring + one per correction
+    assert calls["forward"] == world * world
+    for name in ("out", "lse", "dq", "dk", "dv"):
+        assert torch.equal(kept[name], recomputed[name]), name
 
 
 @pytest.mark.parametrize("world", [2, 4])
@@ -498,6 +523,19 @@ def test_gpu_simulated_ring_matches_single_gpu(world, case, precision):
     single = _single_gpu(data, precision=precision)
     ring = _ring_gpu(data, seqlens, world, precision=precision)
     _assert_close_to_single_gpu(ring, single)
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_gpu_kept_block_outputs_give_the_same_ring():
+    """keep_block_outputs with flamia's kernels: bit for bit the recomputing ring (the forward
+    is deterministic; the deterministic backward makes dQ repeatable)."""
+    seqlens = GPU_CASES["long_tail"]
+    data = _gpu_inputs(seqlens, seed=4)
+    recomputed = _ring_gpu(data, seqlens, 2, deterministic=True)
+    kept = _ring_gpu(data, seqlens, 2, deterministic=True, keep_block_outputs=True)
+    for name in ("out", "lse", "dq", "dk", "dv"):
+        assert torch.equal(kept[name], recomputed[name]), name
 
 
 @pytest.mark.gpu
