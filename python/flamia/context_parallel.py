@@ -591,7 +591,7 @@ class _Rank:
     plan: ShardPlan
     rank: int
     kernel: object
-    keep_block_outputs: bool = False  # keep each off-diagonal block's (O_b, LSE_b) for the backward
+    keep_block_outputs: bool = False  # keep off-diagonal blocks' (O_b, LSE_b) for the backward
 
     @property
     def world_size(self) -> int:
@@ -709,9 +709,9 @@ def _backward_program(rt: _Rank, q: Tensor, kv: Tensor, out: Tensor, dout: Tenso
     tokens_own = plan.tokens(r)
     k_own = kv[0, :tokens_own]
     dq_acc = None
-    # D_i = dO.O (global), for the dQ correction of the off-diagonal blocks only
-    # dO in the accumulators' dtype, converted once (bf16 -> fp32 is exact; products with
-    # BF16 tensors read those in their own dtype)
+    # For the dQ correction of the off-diagonal blocks only: dO in the accumulators' dtype,
+    # converted once (exact from BF16; products read the BF16 tensors as they are), and
+    # D_i = dO.O (global).
     dout_acc = dout.to(acc_dtype) if world > 1 else None
     delta = (dout_acc * out).sum(dim=2).t() if world > 1 else None
     current = kv
