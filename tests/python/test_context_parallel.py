@@ -400,7 +400,7 @@ def test_flamia_block_kernel_options():
 GLOO_SEQLENS = [1, 300, 17, 260, 0, 113]
 
 
-def _gloo_worker(rank, world, init_file, seqlens):
+def _gloo_worker(rank, world, init_file, seqlens, keep_block_outputs):
     import torch.distributed as dist
 
     torch.set_num_threads(1)  # two processes on a small CPU: no oversubscription
@@ -411,7 +411,8 @@ def _gloo_worker(rank, world, init_file, seqlens):
         plan = ShardPlan.build(seqlens, world, min_split_tokens=small_split(world))
         q, k, v = (plan.shard(data[n], rank).requires_grad_() for n in ("q", "k", "v"))
         kernel = TorchBlockKernel(data["scale"], key_smoothing="first_key", centered_dq=True)
-        out, lse = cp.ring_attention(q, k, v, plan, kernel=kernel, return_lse=True)
+        out, lse = cp.ring_attention(q, k, v, plan, kernel=kernel, return_lse=True,
+                                     keep_block_outputs=keep_block_outputs)
         out.backward(plan.shard(data["dout"], rank))
         ref = reference_f64(data)
         assert rel_l2(out, plan.shard(ref["out"], rank)) <= EXACT_F64
@@ -422,14 +423,16 @@ def _gloo_worker(rank, world, init_file, seqlens):
         dist.destroy_process_group()
 
 
-def test_gloo_two_ranks_autograd(tmp_path):
+@pytest.mark.parametrize("keep_block_outputs", [False, True])
+def test_gloo_two_ranks_autograd(tmp_path, keep_block_outputs):
     import torch.distributed as dist
     import torch.multiprocessing as mp
 
     if not dist.is_available() or not dist.is_gloo_available():
         pytest.skip("torch.distributed with gloo is not available")
     world = 2
-    mp.spawn(_gloo_worker, args=(world, str(tmp_path / "rendezvous"), GLOO_SEQLENS),
+    mp.spawn(_gloo_worker, args=(world, str(tmp_path / "rendezvous"), GLOO_SEQLENS,
+                                 keep_block_outputs),
              nprocs=world, join=True)
 
 
