@@ -71,14 +71,18 @@ def reference_f64(data):
     return dict(out=out.detach(), lse=lse.detach(), dq=q.grad, dk=k.grad, dv=v.grad)
 
 
-def run_simulated(plan, data, kernel, **options):
-    shards = {n: [plan.shard(data[n], r) for r in range(plan.world_size)]
-              for n in ("q", "k", "v", "dout")}
-    res = simulate_ring_attention(plan, shards["q"], shards["k"], shards["v"], shards["dout"],
-                                  kernel=kernel, **options)
+def unshard_ring(plan, res):
+    """Per-rank lists of out, lse, dq, dk, dv -> whole-batch tensors (lse is (heads, tokens))."""
     full = {n: plan.unshard(res[n]) for n in ("out", "dq", "dk", "dv")}
     full["lse"] = plan.unshard([x.t() for x in res["lse"]]).t()
     return full
+
+
+def run_simulated(plan, data, kernel, **options):
+    shards = {n: [plan.shard(data[n], r) for r in range(plan.world_size)]
+              for n in ("q", "k", "v", "dout")}
+    return unshard_ring(plan, simulate_ring_attention(plan, shards["q"], shards["k"], shards["v"],
+                                                      shards["dout"], kernel=kernel, **options))
 
 
 # ---- the plan -------------------------------------------------------------------------------
@@ -498,9 +502,7 @@ def _ring_gpu(data, seqlens, world, **options):
     res = simulate_ring_attention(plan, shards["q"], shards["k"], shards["v"], shards["dout"],
                                   **options)
     torch.cuda.synchronize()
-    full = {n: plan.unshard(res[n]) for n in ("out", "dq", "dk", "dv")}
-    full["lse"] = plan.unshard([x.t() for x in res["lse"]]).t()
-    return full
+    return unshard_ring(plan, res)
 
 
 def _assert_close_to_single_gpu(ring, single):
@@ -633,8 +635,7 @@ def test_nccl_ranks_match_the_simulation_and_single_gpu(world, case, tmp_path):
                                  options), nprocs=world, join=True)
     parts = [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
     plan = ShardPlan.build(seqlens, world)
-    real = {n: plan.unshard([part[n].cuda() for part in parts]) for n in ("out", "dq", "dk", "dv")}
-    real["lse"] = plan.unshard([part["lse"].t().cuda() for part in parts]).t()
+    real = unshard_ring(plan, {n: [part[n].cuda() for part in parts] for n in parts[0]})
     data = _gpu_inputs(seqlens, NCCL_SEED)
     simulated = _ring_gpu(data, seqlens, world, **options)
     for name in ("out", "lse", "dq", "dk", "dv"):

@@ -16,32 +16,23 @@ from __future__ import annotations
 import argparse
 import json
 import pathlib
-import statistics
 import sys
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "python"))
 sys.path.insert(0, str(REPO / "examples" / "context_parallel"))
+sys.path.insert(0, str(REPO / "bench"))
 
 import torch  # noqa: E402
 
-import flamia  # noqa: E402
+from bench_attention import median_ms as bench_median_ms  # noqa: E402
 from flamia import context_parallel as cp  # noqa: E402
 from run_scaling import WORKLOADS  # noqa: E402
 
 
 def median_ms(fn, reps=5, warmup=2):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(reps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    """Each call timed alone, on an idle GPU (bench_attention.median_ms, per_call)."""
+    return bench_median_ms(fn, warmup=warmup, reps=reps, per_call=True)
 
 
 def visible_pairs(layout):
