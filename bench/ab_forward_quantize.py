@@ -18,16 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import ROOT, environment, make_inputs, median_ms  # noqa: E402
-
-WORKLOAD_FILES = ("bench/workloads.json", "bench/workloads_extra.json")
-
-
-def all_workloads():
-    found = {}
-    for name in WORKLOAD_FILES:
-        found.update(json.loads((ROOT / name).read_text())["workloads"])
-    return found
+from bench_attention import all_workloads, environment, make_inputs, median_ms  # noqa: E402
 
 
 def main():

@@ -16,7 +16,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import ROOT, environment, make_inputs, median_ms, with_grad  # noqa: E402
+from bench_attention import (all_workloads, environment, make_inputs, median_ms,  # noqa: E402
+                             with_grad)
 
 MODES = {"keep": "1", "requantize": "0"}
 
@@ -70,8 +71,7 @@ def main():
     ap.add_argument("--workloads", default="equal-2k,equal-8k,uniform,longtail,longtail-d64-gqa")
     ap.add_argument("--rounds", type=int, default=3)
     opts = ap.parse_args()
-    workloads = json.loads((ROOT / "bench/workloads.json").read_text())["workloads"]
-    workloads.update(json.loads((ROOT / "bench/workloads_extra.json").read_text())["workloads"])
+    workloads = all_workloads()
     results = {"device": torch.cuda.get_device_name(), "rounds": opts.rounds, "workloads": {}}
     for name in opts.workloads.split(","):
         runs = {mode: [] for mode in MODES}

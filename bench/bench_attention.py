@@ -79,6 +79,14 @@ def median_ms(fn, warmup=3, reps=15, per_call=False):
     return times[len(times) // 2]
 
 
+def all_workloads():
+    """The public workloads and the extra ones (bench/workloads_extra.json), by name."""
+    found = {}
+    for name in ("bench/workloads.json", "bench/workloads_extra.json"):
+        found.update(json.loads((ROOT / name).read_text())["workloads"])
+    return found
+
+
 def make_inputs(w, seed=0):
     g = torch.Generator(device="cuda").manual_seed(seed)
     total = sum(w["doc_lens"])
