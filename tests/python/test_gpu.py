@@ -338,6 +338,49 @@ def test_packed_short_documents_stay_independent(scale_mode):
     assert not torch.equal(before["out"][start + cut:end], after["out"][start + cut:end])
 
 
+def _row_bits(result):
+    """Per output row (token, query head): O's bits and LSE's bits, for exact comparison."""
+    return result["out"].view(torch.int16), result["lse"].transpose(0, 1).contiguous().view(
+        torch.int32)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("scale_mode", ["exact", "block32"])
+@pytest.mark.parametrize("tensor", ["q", "k", "v"])
+def test_nan_in_one_document_is_never_a_finite_wrong_value(tensor, scale_mode, head_dim):
+    """docs/numerics.md, "Non-finite inputs": a NaN in one document's q, k or v makes outputs of
+    that document non-finite, and in the forward may reach documents whose key tiles hold some
+    of its tokens (masked arithmetically: 0 x NaN). What must never happen is a finite wrong
+    value: every output row is either the clean run's bit for bit or non-finite; documents whose
+    tiles hold none of its tokens are unchanged; and the poisoned token's own row is
+    non-finite (the NaN is not silently dropped)."""
+    seqlens = [300, 17, 1, 113, 40, 2049, 700]  # document 3 is poisoned
+    poisoned_doc, offset = 3, 50
+    token = sum(seqlens[:poisoned_doc]) + offset
+    heads_q, heads_kv = 8, 2
+    p = make(seqlens, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim, seed=7,
+             requires_grad=False)
+    clean = run(p, None, causal=True, scale_mode=scale_mode)
+    assert_finite(clean)
+    t = p[tensor].clone()
+    t[token, 0, 7] = math.nan  # query head 0, or KV head 0 (query heads 0 .. 3)
+    p[tensor] = t
+    poisoned = run(p, None, causal=True, scale_mode=scale_mode)
+    (o_clean, lse_clean), (o_bad, lse_bad) = _row_bits(clean), _row_bits(poisoned)
+    unchanged = (o_clean == o_bad).all(-1) & (lse_clean == lse_bad)
+    non_finite = ~torch.isfinite(poisoned["out"].float()).all(-1) | torch.isnan(
+        poisoned["lse"].transpose(0, 1))
+    assert (unchanged | non_finite).all(), "a finite output row changed"
+    # The first document whose key tiles (from 16 tokens before it, 128 keys each) cannot hold a
+    # token of the poisoned document, and every later one: bit for bit unchanged.
+    far = sum(seqlens[:poisoned_doc + 2])
+    assert unchanged[far:].all()
+    heads_hit = [0] if tensor == "q" else range(heads_q // heads_kv)  # KV head 0's group
+    for h in heads_hit:
+        assert non_finite[token, h], (token, h)
+    assert not unchanged.all()  # the test can fail
+
+
 # ---- determinism, compile, graphs -------------------------------------------------------------
 
 
