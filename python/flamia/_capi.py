@@ -58,8 +58,10 @@ FORWARD_QUANTIZE = {"auto": ForwardQuantize.AUTO, "separate": ForwardQuantize.SE
                     "fused": ForwardQuantize.FUSED}
 
 _c_enum = ctypes.c_int
-_i32p = ctypes.POINTER(ctypes.c_int32)
-_f32p = ctypes.POINTER(ctypes.c_float)
+# The structs' pointer fields are plain addresses (c_void_p, the same ABI as the C API's typed
+# pointers): the Python front fills them with tensors' data_ptr() ints, without ctypes casts.
+_i32p = ctypes.c_void_p  # const int32_t*
+_f32p = ctypes.c_void_p  # float* / const float*
 
 # ---- structs -------------------------------------------------------------------------------------
 

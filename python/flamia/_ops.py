@@ -43,32 +43,26 @@ def _env_flag(name: str) -> bool:
 # ---- marshalling ---------------------------------------------------------------------------------
 
 
-def _ptr(t: Optional[Tensor], ctype=ctypes.c_void_p):
-    """A typed pointer to t's data; NULL for None."""
-    if t is None:
-        return None
-    if ctype is ctypes.c_void_p:
-        return ctypes.c_void_p(t.data_ptr())
-    return ctypes.cast(ctypes.c_void_p(t.data_ptr()), ctype)
+def _ptr(t: Optional[Tensor]) -> Optional[int]:
+    """t's data address for a pointer field of the C structs; None (NULL) for None."""
+    return None if t is None else t.data_ptr()
 
 
 def _tensor(t: Tensor) -> _capi.Tensor:
     return _capi.Tensor(t.data_ptr(), t.stride(0), t.stride(1))
 
 
-def _stream(device: torch.device) -> ctypes.c_void_p:
-    return ctypes.c_void_p(torch.cuda.current_stream(device).cuda_stream)
+def _stream(device: torch.device) -> int:
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def make_problem(q: Tensor, k: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                  max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
                  scale_mode: str, key_smoothing: str,
                  key_smoothing_vector: Optional[Tensor]) -> _capi.Problem:
-    i32p = ctypes.POINTER(ctypes.c_int32)
-    f32p = ctypes.POINTER(ctypes.c_float)
     return _capi.Problem(
-        cu_seqlens_q=_ptr(cu_seqlens_q, i32p),
-        cu_seqlens_k=_ptr(cu_seqlens_k, i32p),
+        cu_seqlens_q=_ptr(cu_seqlens_q),
+        cu_seqlens_k=_ptr(cu_seqlens_k),
         host_cu_seqlens_q=None,
         host_cu_seqlens_k=None,
         batch=cu_seqlens_q.shape[0] - 1,
@@ -83,7 +77,7 @@ def make_problem(q: Tensor, k: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tenso
         causal=int(causal),
         scale_mode=_capi.SCALE_MODES[scale_mode],
         key_smoothing=_capi.KEY_SMOOTHINGS[key_smoothing],
-        key_smoothing_vector=_ptr(key_smoothing_vector, f32p),
+        key_smoothing_vector=_ptr(key_smoothing_vector),
     )
 
 
@@ -96,28 +90,26 @@ def _forward_quantize() -> int:
 
 
 def make_forward_args(q, k, v, out, lse, stats, problem: _capi.Problem,
-                      stream: ctypes.c_void_p,
+                      stream: int,
                       saved: Optional[Tensor] = None) -> _capi.ForwardArgs:
-    f32p = ctypes.POINTER(ctypes.c_float)
     saved_ptr, saved_bytes = _saved_pointer(saved)
     return _capi.ForwardArgs(problem=problem, q=_tensor(q), k=_tensor(k), v=_tensor(v),
-                             o=_tensor(out), lse=_ptr(lse, f32p),
-                             softmax_stats=_ptr(stats, f32p), workspace=None,
+                             o=_tensor(out), lse=_ptr(lse),
+                             softmax_stats=_ptr(stats), workspace=None,
                              workspace_bytes=0, stream=stream, quantize=_forward_quantize(),
                              saved_operands=saved_ptr, saved_operands_bytes=saved_bytes)
 
 
 def make_backward_args(dout, q, k, v, out, lse, stats, dq, dk, dv, problem: _capi.Problem,
-                       precision: str, deterministic: bool, stream: ctypes.c_void_p,
+                       precision: str, deterministic: bool, stream: int,
                        saved: Optional[Tensor] = None) -> _capi.BackwardArgs:
     """q, k and v may be None when `saved` (the forward's saved operands) is given."""
-    f32p = ctypes.POINTER(ctypes.c_float)
     saved_ptr, saved_bytes = _saved_pointer(saved)
     unread = _capi.Tensor(None, 0, 0)
     return _capi.BackwardArgs(
         problem=problem, q=unread if q is None else _tensor(q),
         k=unread if k is None else _tensor(k), v=unread if v is None else _tensor(v),
-        o=_tensor(out), d_o=_tensor(dout), lse=_ptr(lse, f32p), softmax_stats=_ptr(stats, f32p),
+        o=_tensor(out), d_o=_tensor(dout), lse=_ptr(lse), softmax_stats=_ptr(stats),
         dq=_tensor(dq), dk=_tensor(dk), dv=_tensor(dv), precision=_capi.PRECISIONS[precision],
         deterministic=int(deterministic), workspace=None, workspace_bytes=0, stream=stream,
         saved_operands=saved_ptr, saved_operands_bytes=saved_bytes)
@@ -173,7 +165,7 @@ def _saved_pointer(saved: Optional[Tensor]):
         raise ValueError(f"flamia: the saved-operands buffer at {saved.data_ptr():#x} is not "
                          f"{_capi.WORKSPACE_ALIGNMENT}-byte aligned (was it moved by a saved-"
                          "tensor hook?); set FLAMIA_KEEP_OPERANDS=0 to keep q, k, v instead")
-    return ctypes.c_void_p(saved.data_ptr()), saved.numel()
+    return saved.data_ptr(), saved.numel()
 
 
 _logged: set = set()
