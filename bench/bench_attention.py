@@ -119,12 +119,13 @@ def with_grad(tensors, requires_grad):
     return [t.detach().requires_grad_(requires_grad) for t in tensors]
 
 
-def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, per_call=False, **options):
+def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, per_call=False, causal=True,
+                 **options):
     import flamia
 
     def run(grad):
         qq, kk, vv = with_grad((q, k, v), grad)
-        out = flamia.attn_varlen_func(qq, kk, vv, cu, cu, max_len, max_len, causal=True,
+        out = flamia.attn_varlen_func(qq, kk, vv, cu, cu, max_len, max_len, causal=causal,
                                       scale_mode=scale_mode, **options)
         return out, (qq, kk, vv), d_o
 
@@ -171,14 +172,15 @@ def kv_for_every_query_head(q, k, v):
     return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
-def bench_fa2_varlen(q, k, v, d_o, cu, max_len):
+def bench_fa2_varlen(q, k, v, d_o, cu, max_len, causal=True):
     from torch.nn.attention.varlen import varlen_attn
     # GQA keys/values are expanded outside the timing
     k_full, v_full = kv_for_every_query_head(q, k, v)
+    window = (-1, 0) if causal else (-1, -1)
 
     def run(grad):
         qq, kk, vv = with_grad((q, k_full, v_full), grad)
-        out = varlen_attn(qq, kk, vv, cu, cu, max_len, max_len, window_size=(-1, 0))
+        out = varlen_attn(qq, kk, vv, cu, cu, max_len, max_len, window_size=window)
         return out, (qq, kk, vv), d_o
 
     return time_pair(run)
@@ -214,7 +216,7 @@ def bench_fa4(q, k, v, d_o, cu, max_len):
     return time_pair(fa4_runner(q, k, v, d_o, cu, max_len))
 
 
-def bench_cudnn(q, k, v, d_o, doc_lens):
+def bench_cudnn(q, k, v, d_o, doc_lens, causal=True):
     from torch.nn.attention import SDPBackend, sdpa_kernel
     import torch.nn.functional as F
     if len(set(doc_lens)) != 1:
@@ -229,7 +231,7 @@ def bench_cudnn(q, k, v, d_o, doc_lens):
     def run(grad):
         qq, kk, vv = with_grad((bhld(q), bhld(k), bhld(v)), grad)
         with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=True, enable_gqa=gqa)
+            out = F.scaled_dot_product_attention(qq, kk, vv, is_causal=causal, enable_gqa=gqa)
         return out, (qq, kk, vv), bhld(d_o)
 
     return time_pair(run)
@@ -284,7 +286,7 @@ def bench_cudnn_fp8(q, k, v, doc_lens):
 _flex_compiled = None
 
 
-def bench_flex(q, k, v, d_o, cu):
+def bench_flex(q, k, v, d_o, cu, causal=True):
     global _flex_compiled
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     if _flex_compiled is None:
@@ -294,10 +296,14 @@ def bench_flex(q, k, v, d_o, cu):
     doc[cu[1:-1].long()] = 1
     doc = torch.cumsum(doc, 0)
 
+    def same_document(b, h, q_idx, kv_idx):
+        return doc[q_idx] == doc[kv_idx]
+
     def document_causal(b, h, q_idx, kv_idx):
         return (doc[q_idx] == doc[kv_idx]) & (q_idx >= kv_idx)
 
-    mask = create_block_mask(document_causal, B=None, H=None, Q_LEN=total, KV_LEN=total)
+    mask = create_block_mask(document_causal if causal else same_document, B=None, H=None,
+                             Q_LEN=total, KV_LEN=total)
     gqa = q.shape[1] != k.shape[1]
 
     def lhd(t):

@@ -20,8 +20,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_attention import (FWD_BWD_FLOP_FACTOR, forward_flops,  # noqa: E402
-                             kv_for_every_query_head, make_inputs, time_pair, with_grad)
+import bench_attention as ba  # noqa: E402
 
 # The public workloads' document mixes, without the causal mask (16 heads of 128, 32k tokens),
 # and the extra GQA 8:1 and head-dim-64 shapes.
@@ -35,69 +34,6 @@ WORKLOADS = {
 }
 
 
-def flamia_run(q, k, v, d_o, cu, max_len):
-    import flamia
-
-    def run(grad):
-        qq, kk, vv = with_grad((q, k, v), grad)
-        out = flamia.attn_varlen_func(qq, kk, vv, cu, cu, max_len, max_len, causal=False)
-        return out, (qq, kk, vv), d_o
-
-    return run
-
-
-def fa2_run(q, k, v, d_o, cu, max_len):
-    from torch.nn.attention.varlen import varlen_attn
-    k, v = kv_for_every_query_head(q, k, v)
-
-    def run(grad):
-        qq, kk, vv = with_grad((q, k, v), grad)
-        return varlen_attn(qq, kk, vv, cu, cu, max_len, max_len,
-                           window_size=(-1, -1)), (qq, kk, vv), d_o
-
-    return run
-
-
-def cudnn_run(q, k, v, d_o, doc_lens):
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    import torch.nn.functional as F
-    if len(set(doc_lens)) != 1:
-        return None
-    b, L = len(doc_lens), doc_lens[0]
-
-    def bhld(t):
-        return t.view(b, L, t.shape[1], t.shape[2]).transpose(1, 2)
-
-    def run(grad):
-        qq, kk, vv = with_grad((bhld(q), bhld(k), bhld(v)), grad)
-        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-            out = F.scaled_dot_product_attention(qq, kk, vv, enable_gqa=q.shape[1] != k.shape[1])
-        return out, (qq, kk, vv), bhld(d_o)
-
-    return run
-
-
-def flex_run(q, k, v, d_o, cu):
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
-    compiled = torch.compile(flex_attention, dynamic=False)
-    total = q.shape[0]
-    doc = torch.zeros(total, dtype=torch.int32, device="cuda")
-    doc[cu[1:-1].long()] = 1
-    doc = torch.cumsum(doc, 0)
-    mask = create_block_mask(lambda b, h, qi, ki: doc[qi] == doc[ki], B=None, H=None,
-                             Q_LEN=total, KV_LEN=total)
-
-    def lhd(t):
-        return t.transpose(0, 1).unsqueeze(0)
-
-    def run(grad):
-        qq, kk, vv = with_grad((lhd(q), lhd(k), lhd(v)), grad)
-        out = compiled(qq, kk, vv, block_mask=mask, enable_gqa=q.shape[1] != k.shape[1])
-        return out, (qq, kk, vv), lhd(d_o)
-
-    return run
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--json", required=True)
@@ -106,24 +42,26 @@ def main():
     results = {}
     for name in opts.workloads.split(","):
         w = WORKLOADS[name]
-        q, k, v, d_o, cu, max_len = make_inputs(w)
-        flops = forward_flops(w["doc_lens"], w["heads_q"], w["head_dim"], causal=False)
-        runs = {"flamia": flamia_run(q, k, v, d_o, cu, max_len),
-                "fa2_varlen": fa2_run(q, k, v, d_o, cu, max_len),
-                "cudnn": cudnn_run(q, k, v, d_o, w["doc_lens"]),
-                "flex": flex_run(q, k, v, d_o, cu)}
+        q, k, v, d_o, cu, max_len = ba.make_inputs(w)
+        flops = ba.forward_flops(w["doc_lens"], w["heads_q"], w["head_dim"], causal=False)
+        runs = {"flamia": lambda: ba.bench_flamia(q, k, v, d_o, cu, max_len, "exact",
+                                                  causal=False),
+                "fa2_varlen": lambda: ba.bench_fa2_varlen(q, k, v, d_o, cu, max_len, causal=False),
+                "cudnn": lambda: ba.bench_cudnn(q, k, v, d_o, w["doc_lens"], causal=False),
+                "flex": lambda: ba.bench_flex(q, k, v, d_o, cu, causal=False)}
         rec = {"fwd_flops": flops}
-        for backend, run in runs.items():
-            if run is None:
-                continue
+        for backend, bench in runs.items():
             try:
-                fwd, fwdbwd = time_pair(run)
+                times = bench()
             except Exception as e:  # a baseline that cannot run this shape is reported, not fatal
                 rec[backend] = {"error": f"{type(e).__name__}: {e}"[:300]}
                 continue
+            if times is None:  # cuDNN: documents of different lengths
+                continue
+            fwd, fwdbwd = times
             rec[backend] = {"fwd_ms": fwd, "fwdbwd_ms": fwdbwd,
                             "fwd_tflops": flops / fwd / 1e9,
-                            "fwdbwd_tflops": FWD_BWD_FLOP_FACTOR * flops / fwdbwd / 1e9}
+                            "fwdbwd_tflops": ba.FWD_BWD_FLOP_FACTOR * flops / fwdbwd / 1e9}
         best = {kind: min((r[f"{kind}_ms"], b) for b, r in rec.items()
                           if b not in ("fwd_flops", "flamia") and isinstance(r, dict)
                           and f"{kind}_ms" in r) for kind in ("fwd", "fwdbwd")}
