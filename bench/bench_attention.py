@@ -300,7 +300,7 @@ def bench_flex(q, k, v, d_o, cu, causal=True):
         return doc[q_idx] == doc[kv_idx]
 
     def document_causal(b, h, q_idx, kv_idx):
-        return (doc[q_idx] == doc[kv_idx]) & (q_idx >= kv_idx)
+        return same_document(b, h, q_idx, kv_idx) & (q_idx >= kv_idx)
 
     mask = create_block_mask(document_causal if causal else same_document, B=None, H=None,
                              Q_LEN=total, KV_LEN=total)
