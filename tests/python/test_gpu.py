@@ -547,6 +547,102 @@ def test_cuda_graph_capture_and_replay():
             assert torch.equal(a, b)
 
 
+# ---- sizes beyond 32-bit offsets ---------------------------------------------------------------
+
+# Packed documents whose q holds more than 2^31 elements (and whose FP32 dQ buffer more than 2^32
+# bytes): every element index, byte offset and TMA coordinate past those limits must be right.
+# Documents 65 and 129 straddle 2^31 bytes and 2^31 elements of q; the last one lies past both.
+LARGE_SEQLENS = [1, 113] + [2048] * 131 + [4097]
+LARGE_CHECKED_DOCS = [0, 1, 65, 129, len(LARGE_SEQLENS) - 1]
+# A document alone vs the same one packed at an offset that is not a multiple of the tiles: the
+# tile-aligned blocks of dS's scales (docs/numerics.md §5.7-5.8) and the key tiles fall
+# elsewhere, so the two differ by up to the contract's own error on each (1e-2); a wrong offset
+# gives errors of order 1.
+STANDALONE_BOUND = 2e-2
+ORDER_BOUND = 1e-3  # dQ added in another order (FP32 rounding only)
+REFERENCE_MAX_TOKENS = 2048  # float64 attention of longer documents at 128 heads needs ~100 GB
+
+
+@pytest.mark.parametrize("head_dim, heads_q, heads_kv", [(128, 64, 8), (64, 128, 16)])
+def test_offsets_beyond_32_bits(head_dim, heads_q, heads_kv):
+    """Forward and backward over 272k packed tokens with 2.2G elements in q: the checked
+    documents match the same document run alone (and float64 attention), and every output
+    element is written and finite."""
+    total = sum(LARGE_SEQLENS)
+    assert total * heads_q * head_dim > 2**31
+    p = make(LARGE_SEQLENS, heads_q=heads_q, heads_kv=heads_kv, head_dim=head_dim, seed=7)
+    dout = torch.randn_like(p["q"])
+    options = dict(causal=True, deterministic=True)
+    torch.cuda.empty_cache()
+    _poison_allocator(1 << 34)  # 16 GB of NaN: covers the outputs and the dQ buffer
+    packed = run(p, dout, **options)
+    assert_finite(packed)
+    bounds = doc_bounds(p["cu_seqlens_q"])
+    for doc in LARGE_CHECKED_DOCS:
+        start, end = bounds[doc]
+        alone_p = {name: p[name].detach()[start:end].clone().requires_grad_()
+                   for name in ("q", "k", "v")}
+        alone_p.update(cu_seqlens_q=_cu([end - start]), cu_seqlens_k=_cu([end - start]),
+                       max_seqlen_q=end - start, max_seqlen_k=end - start)
+        alone = run(alone_p, dout[start:end], **options)
+        packed_doc = {name: packed[name][start:end] for name in ("out", "dq", "dk", "dv")}
+        packed_doc["lse"] = packed["lse"][:, start:end]
+        for name in ("out", "dq", "dk", "dv"):
+            assert rel_l2(packed_doc[name], alone[name]) <= STANDALONE_BOUND, (doc, name)
+        lse_diff = (packed_doc["lse"] - alone["lse"]).abs().max().item()
+        assert lse_diff <= LSE_FLIP_BOUND, (doc, lse_diff)
+        # (a one-token document's exact dK is 0: softmax over one key has no gradient, so
+        # its relative error is undefined; it is checked against its run alone only)
+        if 1 < end - start <= REFERENCE_MAX_TOKENS:
+            err = errors(packed_doc, reference(alone_p, dout[start:end], causal=True))
+            assert err["out"] <= O_BOUND, (doc, err)
+            assert max(err[n] for n in ("dq", "dk", "dv")) <= GRAD_BOUND, (doc, err)
+    # The default backward (dQ added by bulk reductions in any order) against the deterministic
+    # one: dK and dV do not depend on that order; dQ only by FP32 rounding.
+    default = run(p, dout, causal=True)
+    assert_finite(default)
+    for name in ("out", "lse", "dk", "dv"):
+        assert torch.equal(default[name], packed[name]), name
+    assert rel_l2(default["dq"], packed["dq"]) <= ORDER_BOUND
+
+
+LONG_DOCUMENT = 262144 + 77  # one document past 2^18 tokens: L^2 / 2 > 2^35 scores per head
+LONG_TAIL_ROWS = 96  # its last rows and keys, checked against float64 attention over every key
+LONG_HEAD_ROWS = 4097  # its first rows, checked against the same tokens run alone
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_one_document_of_256k_tokens(head_dim):
+    """One causal document of 262k tokens (GQA 4:1): its last rows' O and dQ and its last keys'
+    dK and dV (which only those rows see) against float64 attention over all keys; its first
+    rows against the same tokens alone; everything finite and written."""
+    n, tail = LONG_DOCUMENT, LONG_TAIL_ROWS
+    p = make([n], heads_q=8, heads_kv=2, head_dim=head_dim, seed=11)
+    dout = torch.randn_like(p["q"])
+    packed = run(p, dout, causal=True)
+    assert_finite(packed)
+
+    q_tail = p["q"].detach()[n - tail:].double().requires_grad_()
+    k, v = (p[name].detach().double().requires_grad_() for name in ("k", "v"))
+    scale = 1.0 / math.sqrt(head_dim)
+    out, _ = attention_f64(q_tail, k, v, _cu([tail]), _cu([n]), scale, causal=True)
+    out.backward(dout[n - tail:].double())
+    got = dict(out=packed["out"][n - tail:], dq=packed["dq"][n - tail:],
+               dk=packed["dk"][n - tail:], dv=packed["dv"][n - tail:])
+    ref = dict(out=out.detach(), dq=q_tail.grad, dk=k.grad[n - tail:], dv=v.grad[n - tail:])
+    err = errors(got, ref)
+    assert err["out"] <= O_BOUND, err
+    assert max(err[name] for name in ("dq", "dk", "dv")) <= GRAD_BOUND, err
+
+    head = LONG_HEAD_ROWS
+    alone_p = {name: p[name].detach()[:head].clone() for name in ("q", "k", "v")}
+    alone_p.update(cu_seqlens_q=_cu([head]), cu_seqlens_k=_cu([head]), max_seqlen_q=head,
+                   max_seqlen_k=head)
+    alone = run(alone_p, None, causal=True)
+    assert torch.equal(packed["out"][:head], alone["out"])  # exact mode: later keys change no bit
+    assert torch.equal(packed["lse"][:, :head], alone["lse"])
+
+
 # ---- edge cases, errors, observability -------------------------------------------------------
 
 
