@@ -199,21 +199,21 @@ def fa4_varlen():
     return flash_attn_varlen_func
 
 
-def fa4_runner(q, k, v, d_o, cu, max_len):
-    """run(grad) of FlashAttention-4 on the packed causal documents (GQA native)."""
+def fa4_runner(q, k, v, d_o, cu, max_len, causal=True):
+    """run(grad) of FlashAttention-4 on the packed documents (GQA native)."""
     fn = fa4_varlen()
 
     def run(grad):
         qq, kk, vv = with_grad((q, k, v), grad)
         out = fn(qq, kk, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max_len,
-                 max_seqlen_k=max_len, causal=True)
+                 max_seqlen_k=max_len, causal=causal)
         return (out[0] if isinstance(out, tuple) else out), (qq, kk, vv), d_o
 
     return run
 
 
-def bench_fa4(q, k, v, d_o, cu, max_len):
-    return time_pair(fa4_runner(q, k, v, d_o, cu, max_len))
+def bench_fa4(q, k, v, d_o, cu, max_len, causal=True):
+    return time_pair(fa4_runner(q, k, v, d_o, cu, max_len, causal))
 
 
 def bench_cudnn(q, k, v, d_o, doc_lens, causal=True):
@@ -302,8 +302,10 @@ def bench_flex(q, k, v, d_o, cu, causal=True):
     def document_causal(b, h, q_idx, kv_idx):
         return same_document(b, h, q_idx, kv_idx) & (q_idx >= kv_idx)
 
+    # compiled: the block mask is built without materialising the dense total x total mask
+    # (128 GiB for one 128k-token document)
     mask = create_block_mask(document_causal if causal else same_document, B=None, H=None,
-                             Q_LEN=total, KV_LEN=total)
+                             Q_LEN=total, KV_LEN=total, _compile=True)
     gqa = q.shape[1] != k.shape[1]
 
     def lhd(t):

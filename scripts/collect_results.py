@@ -154,6 +154,23 @@ def training_step_table(profile: dict) -> list[str]:
             "|---|" + "---|" * (len(labels) + 2)] + rows
 
 
+def baselines_table(block: dict) -> list[str]:
+    """A bench_baselines.py run kept in h200.json (`noncausal`, `long_context`): ms per backend."""
+    lines = ["", f"{block['what']} Command: `{block['command']}`. ms fwd / fwd+bwd; x = fastest "
+                 "BF16 / flamia.", "",
+             "| workload | flamia | cudnn | fa2_varlen | flex | fa4 | x fwd | x fwd+bwd |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, r in block["workloads"].items():
+        timed = dict(r.get("baselines", {}), flamia={"fwd_ms": r["flamia_fwd_ms"],
+                                                    "fwdbwd_ms": r["flamia_fwdbwd_ms"]})
+        cells = [f"{timed[b]['fwd_ms']:.3f} / {timed[b]['fwdbwd_ms']:.3f}" if b in timed else "-"
+                 for b in ("flamia", "cudnn", "fa2_varlen", "flex", "fa4")]
+        lines.append(f"| {name} | {' | '.join(cells)} | {r['speedup_fwd']:.2f} "
+                     f"({r['best_bf16_fwd']}) | {r['speedup_fwdbwd']:.2f} "
+                     f"({r['best_bf16_fwdbwd']}) |")
+    return lines
+
+
 def markdown(results: dict) -> str:
     lines = [f"# flamia on {results.get('device', 'H200')}", "",
              f"Commit `{results.get('commit', '?')}`; command: `{results.get('command', '')}`.", ""]
@@ -201,6 +218,10 @@ def markdown(results: dict) -> str:
     if extra:
         lines += ["", "## Workloads beyond the public ones (bench/workloads_extra.json)"]
         lines += workload_table(extra)
+    for key, title in (("noncausal", "Non-causal packed documents"),
+                       ("long_context", "Long context (bench/workloads_long.json)")):
+        if results.get(key, {}).get("workloads"):
+            lines += ["", f"## {title}"] + baselines_table(results[key])
     return "\n".join(lines) + "\n"
 
 

@@ -104,6 +104,27 @@ def test_training_step_table_groups_kernels(tmp_path):
     assert collect_results.training_step_table({"workloads": {}}) == []
 
 
+def test_markdown_renders_baseline_runs():
+    """collect_results.markdown: a kept bench_baselines.py run (`long_context`) becomes a table
+    with every backend's ms, '-' for one that did not run, and the ratios."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import collect_results
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    block = {"what": "W.", "command": "C", "workloads": {"one-128k": {
+        "flamia_fwd_ms": 2.0, "flamia_fwdbwd_ms": 8.0, "best_bf16_fwd": "fa4",
+        "speedup_fwd": 0.5, "best_bf16_fwdbwd": "flex", "speedup_fwdbwd": 1.25,
+        "baselines": {"fa4": {"fwd_ms": 1.0, "fwdbwd_ms": 11.0},
+                      "flex": {"fwd_ms": 3.0, "fwdbwd_ms": 10.0}}}}}
+    text = collect_results.markdown({"long_context": block})
+    row = next(line for line in text.splitlines() if line.startswith("| one-128k |"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1:] == ["2.000 / 8.000", "-", "-", "3.000 / 10.000", "1.000 / 11.000",
+                         "0.50 (fa4)", "1.25 (flex)"]
+    assert "## Non-causal" not in text
+
+
 def write_stamps(path, slots: dict[int, list[int]]) -> None:
     """A timeline file (kernels/common/timeline.h: 65536 slots x 16 uint64) with `slots` set."""
     import struct
