@@ -4,6 +4,9 @@
     out = flamia.attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, causal=True, scale_mode="exact")
 
+flamia.flash_attn_interface has FlashAttention-2's functions with their exact signatures
+(flash_attn_varlen_func, flash_attn_func and the qkv/kv-packed variants), for a swapped import.
+
 The C library (libflamia.so) is loaded on first use, so importing this package, registering its
 torch ops (torch.ops.flamia.fwd / bwd) and tracing them on fake or meta tensors work on machines
 without the library or a GPU. Set FLAMIA_LIBRARY to choose the library, FLAMIA_LOG=1 to log which

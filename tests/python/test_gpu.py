@@ -464,6 +464,32 @@ def test_training_step_fills_no_gradient_buffers(keep_operands, monkeypatch):
     assert torch.isfinite(p["q"].grad).all()
 
 
+def test_flash_attn_interface_matches_attn_varlen_func():
+    """flamia.flash_attn_interface (FlashAttention-2's positional signatures): the same bits as
+    attn_varlen_func, forward and backward, and the packed variants' gradients land in qkv / kv."""
+    from flamia import flash_attn_interface as fa
+    p = make(AWKWARD, heads_q=8, heads_kv=8, head_dim=64, seed=3)
+    dout = torch.randn_like(p["q"])
+    expected = run(p, dout, causal=True, deterministic=True, softmax_scale=0.1)
+    args = [p[n] for n in ("q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q",
+                           "max_seqlen_k")]
+    for name in ("q", "k", "v"):
+        p[name].grad = None
+    out = fa.flash_attn_varlen_func(*args, 0.0, 0.1, True, (-1, -1), 0.0, None, True)
+    out.backward(dout)
+    assert torch.equal(out, expected["out"])
+    for name in ("q", "k", "v"):
+        assert torch.equal(p[name].grad, expected["d" + name]), name
+
+    qkv = torch.stack([p[n].detach() for n in ("q", "k", "v")], dim=1).requires_grad_()
+    out = fa.flash_attn_varlen_qkvpacked_func(qkv, p["cu_seqlens_q"], p["max_seqlen_q"], 0.0,
+                                              0.1, True, deterministic=True)
+    out.backward(dout)
+    assert torch.equal(out, expected["out"])
+    for i, name in enumerate(("q", "k", "v")):
+        assert torch.equal(qkv.grad[:, i], expected["d" + name]), name
+
+
 def test_batched_matches_varlen():
     batch, seqlen, heads_q, heads_kv, head_dim = 3, 193, 8, 2, 64
     q = torch.randn(batch, seqlen, heads_q, head_dim, device=DEVICE, dtype=BF16)
