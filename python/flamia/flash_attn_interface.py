@@ -62,8 +62,7 @@ def flash_attn_varlen_qkvpacked_func(qkv: Tensor, cu_seqlens: Tensor, max_seqlen
     return flash_attn_varlen_func(
         q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p, softmax_scale, causal,
         window_size, softcap, alibi_slopes, deterministic, return_attn_probs,
-        scale_mode=scale_mode, precision=precision, key_smoothing=key_smoothing,
-        qk_rotation=qk_rotation)
+        **_options(scale_mode, precision, key_smoothing, qk_rotation))
 
 
 def flash_attn_varlen_kvpacked_func(q: Tensor, kv: Tensor, cu_seqlens_q: Tensor,
@@ -79,8 +78,7 @@ def flash_attn_varlen_kvpacked_func(q: Tensor, kv: Tensor, cu_seqlens_q: Tensor,
     return flash_attn_varlen_func(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
         softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
-        return_attn_probs, scale_mode=scale_mode, precision=precision,
-        key_smoothing=key_smoothing, qk_rotation=qk_rotation)
+        return_attn_probs, **_options(scale_mode, precision, key_smoothing, qk_rotation))
 
 
 def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p=0.0, softmax_scale=None,
@@ -105,9 +103,8 @@ def flash_attn_qkvpacked_func(qkv: Tensor, dropout_p=0.0, softmax_scale=None, ca
     _check_packed("qkv", qkv, parts=3, dims=5)
     q, k, v = qkv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                           alibi_slopes, deterministic, return_attn_probs, scale_mode=scale_mode,
-                           precision=precision, key_smoothing=key_smoothing,
-                           qk_rotation=qk_rotation)
+                           alibi_slopes, deterministic, return_attn_probs,
+                           **_options(scale_mode, precision, key_smoothing, qk_rotation))
 
 
 def flash_attn_kvpacked_func(q: Tensor, kv: Tensor, dropout_p=0.0, softmax_scale=None,
@@ -119,9 +116,14 @@ def flash_attn_kvpacked_func(q: Tensor, kv: Tensor, dropout_p=0.0, softmax_scale
     _check_packed("kv", kv, parts=2, dims=5)
     k, v = kv.unbind(2)
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
-                           alibi_slopes, deterministic, return_attn_probs, scale_mode=scale_mode,
-                           precision=precision, key_smoothing=key_smoothing,
-                           qk_rotation=qk_rotation)
+                           alibi_slopes, deterministic, return_attn_probs,
+                           **_options(scale_mode, precision, key_smoothing, qk_rotation))
+
+
+def _options(scale_mode, precision, key_smoothing, qk_rotation) -> dict:
+    """flamia's own keyword options, passed on by the packed variants."""
+    return dict(scale_mode=scale_mode, precision=precision, key_smoothing=key_smoothing,
+                qk_rotation=qk_rotation)
 
 
 def _check_packed(name: str, t, parts: int, dims: int) -> None:
