@@ -18,22 +18,21 @@ static const int kDocLengths[kBatch] = {1, 17, 113, 0, 300};
 /* Relative L2 error bounds against float64 attention on N(0, 1) inputs (tests/python). */
 static const double kOutputBound = 0.08, kGradientBound = 0.1;
 
-#define CUDA_OK(call)                                                         \
-  do {                                                                        \
-    cudaError_t e_ = (call);                                                  \
-    if (e_ != cudaSuccess) {                                                  \
-      fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));             \
-      exit(1);                                                                \
-    }                                                                         \
+#define CUDA_OK(call)                                             \
+  do {                                                            \
+    cudaError_t e_ = (call);                                      \
+    if (e_ != cudaSuccess) {                                      \
+      fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_)); \
+      exit(1);                                                    \
+    }                                                             \
   } while (0)
-#define FLAMIA_OK_OR_DIE(call)                                                \
-  do {                                                                        \
-    flamia_status s_ = (call);                                                \
-    if (s_ != FLAMIA_OK) {                                                    \
-      fprintf(stderr, "%s: %s: %s\n", #call, flamia_status_name(s_),          \
-              flamia_last_error_message());                                   \
-      exit(1);                                                                \
-    }                                                                         \
+#define FLAMIA_OK_OR_DIE(call)                                                                     \
+  do {                                                                                             \
+    flamia_status s_ = (call);                                                                     \
+    if (s_ != FLAMIA_OK) {                                                                         \
+      fprintf(stderr, "%s: %s: %s\n", #call, flamia_status_name(s_), flamia_last_error_message()); \
+      exit(1);                                                                                     \
+    }                                                                                              \
   } while (0)
 
 /* ---- BF16 on the host ------------------------------------------------------------------------ */
@@ -130,7 +129,8 @@ static double rel_l2(const uint16_t* got, const double* want, size_t n) {
   return sqrt(err / (norm > 0 ? norm : 1e-300));
 }
 
-/* ---- device buffers ---------------------------------------------------------------------------- */
+/* ---- device buffers ----------------------------------------------------------------------------
+ */
 static void* device_copy(const void* host, size_t bytes) {
   void* d = NULL;
   CUDA_OK(cudaMalloc(&d, bytes > 0 ? bytes : 1));
