@@ -39,6 +39,7 @@ inline flamia_problem api_problem(const Problem& p, const int32_t* cu_q, const i
   problem.max_seqlen_k = longest_document(p.cu_seqlens_k);
   problem.softmax_scale = p.softmax_scale;
   problem.causal = p.causal ? 1 : 0;
+  problem.sliding_window = p.sliding_window;
   problem.scale_mode =
       p.scale_mode == ScaleMode::kExact ? FLAMIA_SCALE_EXACT : FLAMIA_SCALE_BLOCK32;
   problem.key_smoothing = p.key_smoothing == KeySmoothing::kNone       ? FLAMIA_SMOOTH_NONE

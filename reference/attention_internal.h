@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <vector>
 
 #include "reference/attention_ref.h"
@@ -101,6 +102,21 @@ inline double dot_product(const double* a, const double* b, int n) {
 inline int visible_keys(const Problem& p, int doc, int i) {
   const int kv_len = p.cu_seqlens_k[doc + 1] - p.cu_seqlens_k[doc];
   return p.causal ? i - p.cu_seqlens_q[doc] + 1 : kv_len;
+}
+
+// The first of them (document-local): 0, or the sliding window's first key.
+inline int first_visible_key(const Problem& p, int doc, int i) {
+  const int last = visible_keys(p, doc, i) - 1;
+  return p.causal && p.sliding_window > 0 && last - p.sliding_window + 1 > 0
+             ? last - p.sliding_window + 1
+             : 0;
+}
+
+// Scores (or logits) of the keys [0, first) of a row computed over [0, n) set to -inf: the keys
+// before the sliding window, which then weigh exactly 0 (P = 0, dS = 0).
+template <typename T>
+inline void mask_before_window(T* scores, int first) {
+  for (int jj = 0; jj < first; ++jj) scores[jj] = -std::numeric_limits<T>::infinity();
 }
 
 // The forward's operands decoded for the score rows that the forward and the backward share.

@@ -23,7 +23,8 @@ struct Problem {
   int heads_kv = 1;  // heads_q must be a multiple (GQA/MQA)
   int head_dim = 128;
   float softmax_scale = 1.0f;
-  bool causal = true;  // causal documents must have equal query and key lengths
+  bool causal = true;      // causal documents must have equal query and key lengths
+  int sliding_window = 0;  // causal only: 0 none, W: query i sees its document's keys [i-W+1, i]
   ScaleMode scale_mode = ScaleMode::kExact;
   KeySmoothing key_smoothing = KeySmoothing::kNone;
   std::vector<float> smoothing_vector;  // [heads_kv][head_dim] FP32, for KeySmoothing::kVector

@@ -108,6 +108,7 @@ void score_gradient_rows(const Context& c, int h, int doc, int begin, int end, f
     const float l = c.stats[(size_t(h) * total_q + i) * 2 + 1];
     if (n <= 0 || l == 0.0f) continue;  // fully masked row: no gradient
     c.score.logits(h, i, k_begin, n, t.data());
+    mask_before_window(t.data(), first_visible_key(p, doc, i));
     const bool delta_from_bf16 =
         c.precision == BackwardPrecision::kFp8Bf16Grad && !c.hooks.bf16grad_delta_from_fp8_d_o;
     const float delta = (delta_from_bf16 ? c.bwd.delta_bf16 : c.bwd.delta)[size_t(h) * total_q + i];

@@ -66,8 +66,11 @@ Float64Result float64_attention(const Problem& p, const Float64Inputs& in, bool 
         const int n = visible_keys(p, chunk.doc, i);
         if (n <= 0) continue;
         double mx = -std::numeric_limits<double>::infinity();
+        const int first = first_visible_key(p, chunk.doc, i);
         for (int jj = 0; jj < n; ++jj) {
-          s[jj] = scale * dot_product(q_row(in.q, i, h), k_row(in.k, k_begin + jj, g), dim);
+          s[jj] = jj < first
+                      ? -std::numeric_limits<double>::infinity()
+                      : scale * dot_product(q_row(in.q, i, h), k_row(in.k, k_begin + jj, g), dim);
           mx = std::max(mx, s[jj]);
         }
         double sum = 0.0;

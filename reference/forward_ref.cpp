@@ -60,6 +60,7 @@ ForwardResult forward(const Problem& p, const Inputs& in, const QuantizationHook
       const int n = visible_keys(p, chunk.doc, i);
       if (n <= 0) continue;  // §4 step 9: O = 0, LSE = -inf, stats {0, 0} (already set)
       score.logits(h, i, k_begin, n, t.data());
+      mask_before_window(t.data(), first_visible_key(p, chunk.doc, i));
       const float m = std::ceil(*std::max_element(t.begin(), t.begin() + n));
       double l = 0.0;
       std::fill(acc.begin(), acc.end(), 0.0);

@@ -55,6 +55,8 @@ void validate(const Problem& p) {
       check(p.cu_seqlens_q[b + 1] - p.cu_seqlens_q[b] == p.cu_seqlens_k[b + 1] - p.cu_seqlens_k[b],
             "causal documents must have equal query and key lengths (unsupported otherwise)");
   }
+  check(p.sliding_window >= 0, "sliding_window must not be negative");
+  check(p.sliding_window == 0 || p.causal, "a sliding window needs causal documents");
   if (p.key_smoothing == KeySmoothing::kVector)
     check(p.smoothing_vector.size() == size_t(p.heads_kv) * p.head_dim,
           "key_smoothing = vector needs heads_kv * head_dim values");

@@ -78,6 +78,10 @@ typedef struct flamia_problem {
   flamia_scale_mode scale_mode;
   flamia_key_smoothing key_smoothing;
   const float* key_smoothing_vector; /* device, (heads_kv, head_dim) FP32, for SMOOTH_VECTOR */
+  /* Sliding window, causal only: 0 = none (zero-initialised problems have none); W >= 1: query
+   * i sees the W keys of its document at local positions [i - W + 1, i] (those that exist).
+   * FlashAttention's window_size = (left, 0) is W = left + 1. */
+  int32_t sliding_window;
 } flamia_problem;
 
 typedef struct flamia_forward_args {

@@ -93,6 +93,7 @@ class Problem(ctypes.Structure):
         ("scale_mode", _c_enum),
         ("key_smoothing", _c_enum),
         ("key_smoothing_vector", _f32p),
+        ("sliding_window", ctypes.c_int32),
     ]
 
 

@@ -118,11 +118,13 @@ def _check_max_seqlen(name: str, value, total: int) -> None:
 
 
 def check_flash_attention_neutral(*, dropout_p, window_size, softcap, alibi_slopes,
-                                  return_attn_probs, block_table, causal) -> bool:
-    """FlashAttention arguments flamia accepts only at their neutral values.
+                                  return_attn_probs, block_table, causal) -> tuple[bool, int]:
+    """FlashAttention arguments flamia accepts only at their neutral values, and window_size.
 
-    Returns `causal`, which window_size=(-1, 0) turns on (FlashAttention treats the two the
-    same)."""
+    Returns (causal, sliding_window). window_size = (left, right) as FlashAttention reads it: a
+    negative side is unlimited; right = 0 (or causal=True, which FlashAttention treats as
+    right = 0) is causal; left >= 0 with a causal right side is a sliding window of left + 1
+    keys (the library's sliding_window). A window that reaches later keys is not supported."""
     if isinstance(dropout_p, bool) or not isinstance(dropout_p, (int, float)):
         raise TypeError(f"dropout_p must be a float, got {type(dropout_p).__name__}")
     if dropout_p != 0:
@@ -132,14 +134,17 @@ def check_flash_attention_neutral(*, dropout_p, window_size, softcap, alibi_slop
             or not all(_is_int(w) for w in window_size)):
         raise TypeError(f"window_size must be a pair of ints, got {window_size!r}")
     left, right = window_size
-    if left >= 0:
-        raise ValueError(f"window_size={tuple(window_size)} is not supported: flamia has no "
-                         "sliding window (use (-1, -1), or (-1, 0) for causal)")
     if right == 0:
         causal = True
-    elif right >= 0:
-        raise ValueError(f"window_size={tuple(window_size)} is not supported: flamia has no "
-                         "sliding window (use (-1, -1), or (-1, 0) for causal)")
+    elif right > 0:
+        raise ValueError(f"window_size={tuple(window_size)} is not supported: flamia's sliding "
+                         "window is causal (use (left, 0), (-1, 0) for causal, or (-1, -1))")
+    sliding_window = 0
+    if left >= 0:
+        if not causal:
+            raise ValueError(f"window_size={tuple(window_size)} without causal is not supported: "
+                             "flamia's sliding window is causal (use (left, 0) or causal=True)")
+        sliding_window = int(left) + 1
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
         raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
     if softcap != 0:
@@ -154,7 +159,7 @@ def check_flash_attention_neutral(*, dropout_p, window_size, softcap, alibi_slop
     if block_table is not None:
         raise ValueError("block_table is not supported: flamia has no paged KV cache "
                          "(pass block_table=None)")
-    return causal
+    return causal, sliding_window
 
 
 def _check_key_smoothing(key_smoothing, k: torch.Tensor):

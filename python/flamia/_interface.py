@@ -47,9 +47,12 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     matrices are built on the device at the first call of each (head_dim, device): make that
     call before capturing a CUDA graph.
 
-    FlashAttention arguments flamia does not implement (dropout_p, window_size other than
-    (-1, -1) and the causal (-1, 0), softcap, alibi_slopes, return_attn_probs, block_table) are
-    accepted at their neutral values and rejected otherwise.
+    window_size: FlashAttention's; (-1, -1) none, (-1, 0) causal, (left, 0) (or causal=True with
+    left >= 0) a causal sliding window: query i sees the keys of its document at positions
+    i - left .. i. A window reaching later keys is rejected.
+
+    FlashAttention arguments flamia does not implement (dropout_p, softcap, alibi_slopes,
+    return_attn_probs, block_table) are accepted at their neutral values and rejected otherwise.
 
     Returns out (total_q, heads_q, head_dim) BF16, or (out, lse) with return_lse=True, lse FP32
     (heads_q, total_q) in natural log, -inf for rows with no visible key. Like FlashAttention's,
@@ -58,7 +61,7 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     (e.g. across context-parallel blocks); against exact softmax attention it carries P̂'s
     rounding: up to ln(1 + 1/8) on rows that see a single key, far less on rows that see many.
     """
-    causal = _checks.check_flash_attention_neutral(
+    causal, sliding_window = _checks.check_flash_attention_neutral(
         dropout_p=dropout_p, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
         return_attn_probs=return_attn_probs, block_table=block_table, causal=causal)
     spec = _checks.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -77,12 +80,13 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
         out, lse, _, _ = torch.ops.flamia.fwd_saving(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, spec.softmax_scale,
             spec.causal, spec.scale_mode, spec.key_smoothing, smoothing_vector,
-            spec.deterministic)
+            spec.deterministic, sliding_window)
     else:
         out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                            max_seqlen_k, spec.softmax_scale, spec.causal,
                                            spec.scale_mode, spec.key_smoothing,
-                                           smoothing_vector, spec.precision, spec.deterministic)
+                                           smoothing_vector, spec.precision, spec.deterministic,
+                                           sliding_window)
     return (out, lse) if return_lse else out
 
 
@@ -131,7 +135,7 @@ def explain(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k:
     flamia_describe_forward; with a gradient wanted, the training forward that keeps its
     quantized operands), followed by the backward's precision. Runs no kernel. The same
     line is logged on the first call of each distinct path when FLAMIA_LOG=1."""
-    causal = _checks.check_flash_attention_neutral(
+    causal, sliding_window = _checks.check_flash_attention_neutral(
         dropout_p=dropout_p, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
         return_attn_probs=return_attn_probs, block_table=block_table, causal=causal)
     spec = _checks.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
@@ -143,7 +147,7 @@ def explain(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k:
     out, lse, stats = _ops._forward_outputs(q)
     problem = _ops.make_problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 spec.softmax_scale, spec.causal, spec.scale_mode,
-                                spec.key_smoothing, spec.key_smoothing_vector)
+                                spec.key_smoothing, spec.key_smoothing_vector, sliding_window)
     args = _ops.make_forward_args(q, k, v, out, lse, stats, problem, _ops._stream(q.device))
     if _ops.forward_keeps_operands(spec.precision, q, k, v):
         # The training forward's path. Never dereferenced: the description and the size query

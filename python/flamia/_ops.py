@@ -58,8 +58,8 @@ def _stream(device: torch.device) -> int:
 
 def make_problem(q: Tensor, k: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                  max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
-                 scale_mode: str, key_smoothing: str,
-                 key_smoothing_vector: Optional[Tensor]) -> _capi.Problem:
+                 scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
+                 sliding_window: int = 0) -> _capi.Problem:
     return _capi.Problem(
         cu_seqlens_q=_ptr(cu_seqlens_q),
         cu_seqlens_k=_ptr(cu_seqlens_k),
@@ -78,6 +78,7 @@ def make_problem(q: Tensor, k: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tenso
         scale_mode=_capi.SCALE_MODES[scale_mode],
         key_smoothing=_capi.KEY_SMOOTHINGS[key_smoothing],
         key_smoothing_vector=_ptr(key_smoothing_vector),
+        sliding_window=sliding_window,
     )
 
 
@@ -216,7 +217,8 @@ def _forward_outputs(q: Tensor):
 
 def _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
-                 backward_description: str, saved: Optional[Tensor] = None):
+                 backward_description: str, saved: Optional[Tensor] = None,
+                 sliding_window: int = 0):
     out, lse, stats = _forward_outputs(q)
     if q.shape[0] == 0:
         return out, lse, stats
@@ -229,7 +231,7 @@ def _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     with torch.cuda.device(q.device):
         problem = make_problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                softmax_scale, causal, scale_mode, key_smoothing,
-                               key_smoothing_vector)
+                               key_smoothing_vector, sliding_window)
         args = make_forward_args(q, k, v, out, lse, stats, problem, _stream(q.device), saved)
         nbytes = workspace_bytes(args)
         workspace, workspace_ptr = _workspace(nbytes, q.device)
@@ -253,17 +255,21 @@ def _backward_description(precision: str, deterministic: bool) -> str:
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
         max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
         scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
-        precision: str, deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+        precision: str, deterministic: bool,
+        sliding_window: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (out, lse, softmax_stats). `precision` and `deterministic` are used only by the
-    backward; they are inputs here so that autograd can hand them on."""
+    backward; they are inputs here so that autograd can hand them on. sliding_window: 0, or
+    the W keys each causal query sees (flamia.h)."""
     return _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
-                        _backward_description(precision, deterministic))
+                        _backward_description(precision, deterministic),
+                        sliding_window=sliding_window)
 
 
 @fwd.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
-              causal, scale_mode, key_smoothing, key_smoothing_vector, precision, deterministic):
+              causal, scale_mode, key_smoothing, key_smoothing_vector, precision, deterministic,
+              sliding_window=0):
     return _forward_outputs(q)
 
 
@@ -271,7 +277,8 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
 def fwd_saving(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
                scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
-               deterministic: bool) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+               deterministic: bool,
+               sliding_window: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The training forward of precision "fp8": returns (out, lse, softmax_stats, saved), where
     `saved` holds the quantized Q, K, V in every layout the backward reads (uint8,
     saved_operands_bytes long). flamia::bwd_saved then reads no q, k, v."""
@@ -279,14 +286,15 @@ def fwd_saving(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens
     out, lse, stats = _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                    max_seqlen_k, softmax_scale, causal, scale_mode,
                                    key_smoothing, key_smoothing_vector,
-                                   _backward_description("fp8", deterministic), saved)
+                                   _backward_description("fp8", deterministic), saved,
+                                   sliding_window)
     return out, lse, stats, saved
 
 
 @fwd_saving.register_fake
 def _fwd_saving_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
-                     deterministic):
+                     deterministic, sliding_window=0):
     return _forward_outputs(q) + (_saved_buffer(q, k),)
 
 
@@ -302,7 +310,7 @@ def _gradients(q_shape, k_shape, device):
 def _run_backward(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k,
                   k_shape, max_seqlen_q, max_seqlen_k, softmax_scale, causal, scale_mode,
                   key_smoothing, key_smoothing_vector, precision, deterministic,
-                  saved: Optional[Tensor] = None):
+                  saved: Optional[Tensor] = None, sliding_window: int = 0):
     """q, k, v may be None when `saved` is given (k_shape then sizes dk and dv)."""
     dq, dk, dv = _gradients(out.shape, k_shape, out.device)
     if out.shape[0] == 0 or k_shape[0] == 0:
@@ -315,7 +323,7 @@ def _run_backward(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqle
         keys = k if k is not None else torch.empty(k_shape, dtype=_BF16, device="meta")
         problem = make_problem(out, keys, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                max_seqlen_k, softmax_scale, causal, scale_mode, key_smoothing,
-                               key_smoothing_vector)
+                               key_smoothing_vector, sliding_window)
         args = make_backward_args(dout, q, k, v, out, lse, softmax_stats, dq, dk, dv, problem,
                                   precision, deterministic, _stream(out.device), saved)
         nbytes = ctypes.c_size_t(0)
@@ -335,17 +343,18 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         softmax_stats: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
         max_seqlen_k: int, softmax_scale: float, causal: bool, scale_mode: str,
         key_smoothing: str, key_smoothing_vector: Optional[Tensor], precision: str,
-        deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+        deterministic: bool, sliding_window: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv), contiguous, shaped like q, k and v."""
     return _run_backward(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k,
                          k.shape, max_seqlen_q, max_seqlen_k, softmax_scale, causal, scale_mode,
-                         key_smoothing, key_smoothing_vector, precision, deterministic)
+                         key_smoothing, key_smoothing_vector, precision, deterministic,
+                         sliding_window=sliding_window)
 
 
 @bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
               max_seqlen_k, softmax_scale, causal, scale_mode, key_smoothing,
-              key_smoothing_vector, precision, deterministic):
+              key_smoothing_vector, precision, deterministic, sliding_window=0):
     return _gradients(q.shape, k.shape, q.device)
 
 
@@ -354,7 +363,7 @@ def bwd_saved(dout: Tensor, saved: Tensor, out: Tensor, lse: Tensor, softmax_sta
               cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, total_k: int, heads_kv: int,
               max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
               scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
-              deterministic: bool) -> tuple[Tensor, Tensor, Tensor]:
+              deterministic: bool, sliding_window: int = 0) -> tuple[Tensor, Tensor, Tensor]:
     """The backward of flamia::fwd_saving (precision "fp8"): (dq, dk, dv), dk and dv shaped
     (total_k, heads_kv, head_dim). The library checks on the device that `saved` was written
     for this problem."""
@@ -362,13 +371,13 @@ def bwd_saved(dout: Tensor, saved: Tensor, out: Tensor, lse: Tensor, softmax_sta
     return _run_backward(dout, None, None, None, out, lse, softmax_stats, cu_seqlens_q,
                          cu_seqlens_k, k_shape, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                          scale_mode, key_smoothing, key_smoothing_vector, "fp8", deterministic,
-                         saved)
+                         saved, sliding_window)
 
 
 @bwd_saved.register_fake
 def _bwd_saved_fake(dout, saved, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k, total_k,
                     heads_kv, max_seqlen_q, max_seqlen_k, softmax_scale, causal, scale_mode,
-                    key_smoothing, key_smoothing_vector, deterministic):
+                    key_smoothing, key_smoothing_vector, deterministic, sliding_window=0):
     return _gradients(out.shape, (total_k, heads_kv, out.shape[2]), out.device)
 
 
@@ -382,16 +391,23 @@ def _no_zero_gradients(ctx) -> None:
     ctx.set_materialize_grads(False)
 
 
+def _with_default_window(inputs, without_window: int) -> tuple:
+    """The op's inputs with sliding_window (its last, defaulted argument) present: autograd hands
+    setup_context the inputs as the call gave them."""
+    return tuple(inputs) + (0,) if len(inputs) == without_window else tuple(inputs)
+
+
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-     scale_mode, key_smoothing, key_smoothing_vector, precision, deterministic) = inputs
+     scale_mode, key_smoothing, key_smoothing_vector, precision, deterministic,
+     sliding_window) = _with_default_window(inputs, 14)
     out, lse, stats = output
     ctx.save_for_backward(q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k,
                           key_smoothing_vector)
     ctx.config = dict(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                       softmax_scale=softmax_scale, causal=causal, scale_mode=scale_mode,
                       key_smoothing=key_smoothing, precision=precision,
-                      deterministic=deterministic)
+                      deterministic=deterministic, sliding_window=sliding_window)
     # Like FlashAttention's, the LSE carries no gradient; softmax_stats is internal.
     ctx.mark_non_differentiable(lse, stats)
     _no_zero_gradients(ctx)
@@ -405,8 +421,8 @@ def _backward(ctx, dout, _dlse, _dstats):
     dq, dk, dv = torch.ops.flamia.bwd(
         dout, q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k, c["max_seqlen_q"],
         c["max_seqlen_k"], c["softmax_scale"], c["causal"], c["scale_mode"], c["key_smoothing"],
-        vector, c["precision"], c["deterministic"])
-    return (dq, dk, dv) + (None,) * 11
+        vector, c["precision"], c["deterministic"], c["sliding_window"])
+    return (dq, dk, dv) + (None,) * 12
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -414,7 +430,8 @@ fwd.register_autograd(_backward, setup_context=_setup_context)
 
 def _setup_saving_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-     scale_mode, key_smoothing, key_smoothing_vector, deterministic) = inputs
+     scale_mode, key_smoothing, key_smoothing_vector, deterministic,
+     sliding_window) = _with_default_window(inputs, 13)
     out, lse, stats, saved = output
     # No q, k or v: the backward reads the quantized copies in `saved`, K̂ built with the
     # smoothing vector as it was at the forward (the vector is a constant, as documented).
@@ -423,7 +440,7 @@ def _setup_saving_context(ctx, inputs, output):
     ctx.config = dict(total_k=k.shape[0], heads_kv=k.shape[1], max_seqlen_q=max_seqlen_q,
                       max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
                       scale_mode=scale_mode, key_smoothing=key_smoothing,
-                      deterministic=deterministic)
+                      deterministic=deterministic, sliding_window=sliding_window)
     ctx.mark_non_differentiable(lse, stats, saved)
     _no_zero_gradients(ctx)
 
@@ -436,8 +453,8 @@ def _backward_saved(ctx, dout, _dlse, _dstats, _dsaved):
     dq, dk, dv = torch.ops.flamia.bwd_saved(
         dout, saved, out, lse, stats, cu_seqlens_q, cu_seqlens_k, c["total_k"], c["heads_kv"],
         c["max_seqlen_q"], c["max_seqlen_k"], c["softmax_scale"], c["causal"], c["scale_mode"],
-        c["key_smoothing"], vector, c["deterministic"])
-    return (dq, dk, dv) + (None,) * 10
+        c["key_smoothing"], vector, c["deterministic"], c["sliding_window"])
+    return (dq, dk, dv) + (None,) * 11
 
 
 fwd_saving.register_autograd(_backward_saved, setup_context=_setup_saving_context)

@@ -12,13 +12,14 @@ namespace {
 constexpr int kHeadDims[] = {64, 128, 256};
 constexpr int kNumHeadDims = sizeof kHeadDims / sizeof kHeadDims[0];
 constexpr int kNumScaleModes = 2;
-constexpr int kNumCausal = 2;
+constexpr int kNumCausal = 3;  // non-causal, causal, causal with a sliding window
 constexpr int kNumSmoothings = 3;
 constexpr int kNumQuantizePaths = 3;
 constexpr size_t kDescriptionCapacity = 192;
 
 const char* const kScaleNames[kNumScaleModes] = {"exact scales", "block32 scales"};
-const char* const kCausalNames[kNumCausal] = {"non-causal", "causal"};
+const char* const kCausalNames[kNumCausal] = {"non-causal", "causal",
+                                              "causal with a sliding window"};
 const char* const kSmoothingNames[kNumSmoothings] = {"no key smoothing", "first-key smoothing",
                                                      "vector key smoothing"};
 // Indexed by quantize_path().
@@ -75,5 +76,6 @@ extern "C" const char* flamia_describe_forward(const flamia_forward_args* args) 
   }
   static const Descriptions descriptions;
   // Validated: the enums hold their enumerators' values.
-  return descriptions.text[d][p.scale_mode][p.causal][p.key_smoothing][quantize_path(*args)];
+  const int causal = p.sliding_window > 0 ? 2 : p.causal;  // a window is causal (validated)
+  return descriptions.text[d][p.scale_mode][causal][p.key_smoothing][quantize_path(*args)];
 }

@@ -298,6 +298,7 @@ PackedShape packed_shape(const flamia_problem& p) {
   shape.max_seqlen_q = p.max_seqlen_q;
   shape.max_seqlen_k = p.max_seqlen_k;
   shape.causal = p.causal != 0;
+  shape.sliding_window = p.sliding_window;
   return shape;
 }
 

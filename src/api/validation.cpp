@@ -85,6 +85,16 @@ flamia_status check_options(const flamia_problem& p, const char* where) {
     return invalid(where, "problem.scale_mode", scale_mode,
                    "is not a flamia_scale_mode (FLAMIA_SCALE_EXACT or FLAMIA_SCALE_BLOCK32)");
   }
+  if (p.sliding_window < 0) {
+    return invalid(where, "problem.sliding_window", p.sliding_window,
+                   "must not be negative (0: no window; W: each query sees its last W keys)");
+  }
+  if (p.sliding_window > 0 && p.causal == 0) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: problem.sliding_window (%d) without causal is not supported: the window "
+                "is causal (FlashAttention's window_size = (W - 1, 0)); set causal = 1",
+                where, p.sliding_window);
+  }
   const int smoothing = raw_enum(p.key_smoothing);
   if (smoothing != FLAMIA_SMOOTH_NONE && smoothing != FLAMIA_SMOOTH_FIRST_KEY &&
       smoothing != FLAMIA_SMOOTH_VECTOR) {
@@ -227,6 +237,12 @@ flamia_status check_forward_quantize(const flamia_forward_args& a, const char* w
     return fail(FLAMIA_ERROR_UNSUPPORTED,
                 "%s: quantize = FLAMIA_QUANTIZE_FUSED with key smoothing is not supported: the "
                 "fused quantization has no key smoothing (use AUTO or SEPARATE)",
+                where);
+  }
+  if (quantize == FLAMIA_QUANTIZE_FUSED && a.problem.sliding_window > 0) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: quantize = FLAMIA_QUANTIZE_FUSED with a sliding window is not supported "
+                "(use AUTO or SEPARATE)",
                 where);
   }
   if (quantize == FLAMIA_QUANTIZE_FUSED && !forward_supports_fused_quantize(a.problem.head_dim)) {

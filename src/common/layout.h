@@ -22,6 +22,7 @@ struct PackedShape {
   int max_seqlen_q = 0;
   int max_seqlen_k = 0;
   bool causal = false;
+  int sliding_window = 0;  // 0: none; W: causal rows see their last W keys (flamia.h)
   int group_size() const { return heads_q / heads_kv; }  // query heads per KV head
 };
 

@@ -152,7 +152,18 @@ std::vector<Case<Setup>> problem_cases() {
        problem([](flamia_problem& p) { set_raw_enum(p.key_smoothing, 3); }),
        FLAMIA_ERROR_INVALID_ARGUMENT,
        {"problem.key_smoothing (3)"}},
+      {"SlidingWindowNegative",
+       problem([](flamia_problem& p) { p.sliding_window = -3; }),
+       FLAMIA_ERROR_INVALID_ARGUMENT,
+       {"problem.sliding_window (-3)", "must not be negative"}},
       // Unsupported: valid requests flamia does not implement.
+      {"SlidingWindowWithoutCausal",
+       problem([](flamia_problem& p) {
+         p.sliding_window = 5;
+         p.causal = 0;
+       }),
+       FLAMIA_ERROR_UNSUPPORTED,
+       {"problem.sliding_window (5) without causal"}},
       {"HeadDim96Unsupported",
        problem([](flamia_problem& p) { p.head_dim = 96; }),
        FLAMIA_ERROR_UNSUPPORTED,
@@ -424,6 +435,13 @@ std::vector<ForwardCase> forward_cases() {
        },
        FLAMIA_ERROR_UNSUPPORTED,
        {": saved_operands with quantize = FLAMIA_QUANTIZE_FUSED"}},
+      {"FusedQuantizeWithSlidingWindow",
+       [](ForwardSetup& s) {
+         s.args.problem.sliding_window = 8;
+         s.args.quantize = FLAMIA_QUANTIZE_FUSED;
+       },
+       FLAMIA_ERROR_UNSUPPORTED,
+       {"FLAMIA_QUANTIZE_FUSED with a sliding window"}},
       {"SavedOperandsAreValid",
        [](ForwardSetup& s) {
          s.use_saved_operands();

@@ -20,17 +20,19 @@ struct Document {
   int q_start, q_len, k_start, k_len;
 };
 
-bool visible(const Document& d, bool causal, int i, int j) {
+// window: a causal sliding window of that many keys (0: none).
+bool visible(const Document& d, bool causal, int i, int j, int window = 0) {
   if (i < d.q_start || i >= d.q_start + d.q_len) return false;
   if (j < d.k_start || j >= d.k_start + d.k_len) return false;
-  return !causal || j - d.k_start <= i - d.q_start;
+  const int distance = (i - d.q_start) - (j - d.k_start);
+  return !causal || (distance >= 0 && (window == 0 || distance < window));
 }
 
 // Counts the visible pairs of the step (key tile at key0, query tile at q0).
-int visible_pairs(const Document& d, bool causal, int key0, int q0) {
+int visible_pairs(const Document& d, bool causal, int key0, int q0, int window = 0) {
   int count = 0;
   for (int j = key0; j < key0 + kBlockN; ++j)
-    for (int i = q0; i < q0 + kBlockM; ++i) count += visible(d, causal, i, j);
+    for (int i = q0; i < q0 + kBlockM; ++i) count += visible(d, causal, i, j, window);
   return count;
 }
 
@@ -67,7 +69,69 @@ void check_document(const std::vector<int32_t>& cu_q, const std::vector<int32_t>
   }
 }
 
+// A causal document under a sliding window: the rows each key tile's span keeps (every row that
+// sees one of its keys, none past), the steps without masks (every pair visible), the first key
+// tile each query tile sees (where its deterministic dQ order starts), and the backward plan's
+// capped cost (an upper bound of the work, never increasing with the tile index).
+void check_windowed_document(const std::vector<int32_t>& cu, int doc, int window) {
+  const Document d{cu[doc], cu[doc + 1] - cu[doc], cu[doc], cu[doc + 1] - cu[doc]};
+  const int q_begin = floor_to_group(d.q_start);
+  int previous_cost = 1 << 30;
+  std::vector<int> first_tile_seen;  // per query tile, from brute force
+  for (int q0 = q_begin; q0 < d.q_start + d.q_len; q0 += kBlockM) first_tile_seen.push_back(-1);
+  for (int tile = 0;; ++tile) {
+    const KeyTileItem plain = make_key_tile_item(cu.data(), cu.data(), doc, tile, 0);
+    if (key_tile_is_empty(plain)) break;
+    const KeyTileItem item = with_sliding_window(plain, true, window);
+    const UnmaskedQueryTiles unmasked = unmasked_query_tiles(item, true, window);
+    int tiles_seen = 0;
+    for (int q0 = q_begin, m = 0; q0 < d.q_start + d.q_len; q0 += kBlockM, ++m) {
+      const int pairs = visible_pairs(d, true, item.key0, q0, window);
+      tiles_seen += pairs > 0;
+      if (pairs > 0 && first_tile_seen[m] < 0) first_tile_seen[m] = tile;
+      EXPECT_EQ(unmasked.contains(q0), pairs == kBlockN * kBlockM)
+          << "doc " << doc << " window " << window << " tile " << tile << " q0 " << q0;
+      if (pairs > 0) {
+        EXPECT_LT(q0, item.span.q_end) << "window " << window << " tile " << tile;
+        EXPECT_EQ(first_key_tile_seen(item, q0, true, window), first_tile_seen[m])
+            << "window " << window << " tile " << tile << " q0 " << q0;
+      }
+    }
+    for (int i = item.span.q_end; i < d.q_start + d.q_len; ++i)
+      for (int j = item.key0; j < item.key0 + kBlockN; ++j)
+        ASSERT_FALSE(visible(d, true, i, j, window)) << "row " << i << " past the span sees " << j;
+    EXPECT_EQ(key_tile_query_tiles(item, true), tiles_seen)
+        << "doc " << doc << " window " << window << " tile " << tile;
+    const int cost =
+        std::min(key_tile_query_tiles(plain, true), sliding_window_query_tiles(window));
+    EXPECT_GE(cost, tiles_seen) << "window " << window << " tile " << tile;
+    EXPECT_LE(cost, previous_cost) << "window " << window << " tile " << tile;
+    previous_cost = cost;
+  }
+}
+
 using ref::test::cu_seqlens_from_lengths;
+
+TEST(BackwardTiles, SlidingWindows) {
+  const std::vector<int> lengths = {1, 17, 113, 0, 128, 129, 64, 63, 300, 1000, 2, 191, 257};
+  const std::vector<int32_t> cu = cu_seqlens_from_lengths(lengths);
+  for (int window : {1, 2, 17, 63, 64, 65, 100, 127, 128, 129, 200, 300, 999, 5000})
+    for (int doc = 0; doc + 1 < int(cu.size()); ++doc) check_windowed_document(cu, doc, window);
+}
+
+TEST(BackwardTiles, SlidingWindowVisibilityIsTheWindowedRule) {
+  // visible_pair with visibility_window on a document's local positions, against the rule.
+  for (int window : {1, 9, 64, 100}) {
+    const uint32_t ordinary = visibility_window(false, true, window);
+    const uint32_t packed = visibility_window(true, true, window);
+    EXPECT_EQ(packed, uint32_t(std::min(window, int(packed_window(true)))));
+    for (int i = 0; i < 200; ++i)
+      for (int j = 0; j < 200; ++j)
+        EXPECT_EQ(visible_pair(j, i, ordinary), j <= i && i - j < window) << i << " " << j;
+  }
+  EXPECT_EQ(visibility_window(false, true, 0), kOrdinaryWindow);
+  EXPECT_EQ(visibility_window(true, false, 5), packed_window(false));
+}
 
 TEST(BackwardTiles, CausalDocumentsOfAwkwardLengths) {
   const std::vector<int> lengths = {1, 17, 113, 0, 128, 129, 64, 63, 300, 1000, 2, 191, 257};

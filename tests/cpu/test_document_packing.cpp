@@ -3,10 +3,12 @@
 // in one window and fits one query tile, and each of its rows sees its own document's keys.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <vector>
 
 #include "kernels/forward/document_packing.h"
+#include "kernels/forward/tile_geometry.cuh"
 #include "kernels/forward/forward_config.h"
 #include "ref_test_util.h"
 
@@ -129,9 +131,55 @@ TEST(DocumentPacking, SegmentRowsSeeTheirOwnDocumentsKeys) {
         const int last = causal ? first + (q_start + row - cu_q[own]) : cu_k[own + 1] - k_start - 1;
         EXPECT_EQ(r.first, first) << "trial " << trial << " row " << row;
         EXPECT_EQ(r.last, last) << "trial " << trial << " row " << row;
+        if (!causal) continue;
+        for (int window : {1, 5, 30, 64}) {  // the sliding window's first key, or the document's
+          const RowKeyRange w = segment_row_keys(doc, d.doc_count, q_start, q_len, k_start, row,
+                                                 cu_q.data(), cu_k.data(), true, window);
+          EXPECT_EQ(w.last, last);
+          EXPECT_EQ(w.first, std::max(first, last - window + 1)) << "window " << window;
+        }
       }
     }
   }
+}
+
+// A causal document's work items under a sliding window (tile_geometry.cuh), against a brute
+// force over its rows and keys: the visited key tiles hold every key a row of the item sees,
+// start at the tile of the first one, and an item that keeps the plain masks (kNone / kCausal)
+// has no row whose window starts after the first key it visits.
+TEST(DocumentPacking, SlidingWindowTileGeometry) {
+  constexpr int kBlockN = ForwardTile<128>::kBlockN;
+  const std::vector<int> lengths = {1, 17, 113, 0, 128, 129, 300, 1000, 2049, 5};
+  const std::vector<int32_t> cu = cu_seqlens_from_lengths(lengths);
+  for (int window : {1, 2, 16, 17, 100, 127, 128, 129, 300, 1000, 4000})
+    for (int doc = 0; doc < int(lengths.size()); ++doc) {
+      const DocumentItems d =
+          document_items(cu.data(), cu.data(), int(lengths.size()), doc, kBlockM);
+      if (d.doc_count != 1) continue;  // segments: SegmentRowsSeeTheirOwnDocumentsKeys
+      for (int m = 0; m < d.blocks; ++m) {
+        const TileGeometry g = tile_geometry<kBlockM, kBlockN>(TileItem{doc, 0, m, 1}, cu.data(),
+                                                               cu.data(), true, window);
+        const int visited_first = g.k_tile_base - g.k_start;  // document-local, may be < 0
+        const int visited_end = visited_first + g.n_tiles * kBlockN;
+        EXPECT_EQ(g.k_tile_base % kPermutationGroup, 0);
+        bool needs_lower_mask = false;
+        int lowest_seen = 1 << 30;
+        for (int row = g.q0; row < std::min(g.q0 + kBlockM, g.q_len); ++row) {
+          const RowKeyRange r = document_row_keys(row, window);
+          EXPECT_EQ(r.first, std::max(0, row - window + 1));
+          EXPECT_EQ(r.last, row);
+          EXPECT_GE(r.first, visited_first) << "window " << window << " row " << row;
+          EXPECT_LT(r.last, visited_end) << "window " << window << " row " << row;
+          needs_lower_mask |= r.first > std::max(visited_first, 0);
+          lowest_seen = std::min(lowest_seen, r.first);
+        }
+        if (g.q0 < g.q_len) {
+          EXPECT_LT(lowest_seen - visited_first, kBlockN) << "the first visited tile has a key";
+          EXPECT_EQ(g.causal_from == TileGeometry::kWindowed, needs_lower_mask)
+              << "doc " << doc << " window " << window << " item " << m;
+        }
+      }
+    }
 }
 
 }  // namespace

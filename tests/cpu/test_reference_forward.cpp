@@ -3,6 +3,7 @@
 // document lengths; GQA head mapping; fully masked rows; argument checks; thread independence.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -125,6 +126,63 @@ INSTANTIATE_TEST_SUITE_P(
              (std::get<3>(info.param) ? "_causal" : "_full");
     });
 
+// Tokens [begin, end) of a tensor as a tensor of their own.
+HostTensor token_slice(const HostTensor& t, int begin, int end) {
+  HostTensor out(end - begin, t.heads, t.dim);
+  std::copy(t.bits.begin() + t.index(begin, 0, 0), t.bits.begin() + t.index(end, 0, 0),
+            out.bits.begin());
+  return out;
+}
+
+// A causal sliding window of W keys: row i's results are those of the last row of the document
+// made of its window's tokens alone. Exact scales depend on a token alone, so the contract's O,
+// LSE and {M, l} are bitwise equal; float64 O and dQ (which sum over the row's keys only) equal
+// to rounding.
+TEST(ReferenceForward, SlidingWindowIsAttentionOverTheWindowsKeys) {
+  for (int window : {1, 17, 100}) {
+    Problem p = make_problem({40, 300}, 4, 2, 64, true, ScaleMode::kExact);
+    p.sliding_window = window;
+    const Inputs in = make_inputs(p, {uint64_t(window)});
+    const ForwardResult f = forward(p, in);
+    const Float64Result exact = float64_attention(p, in, true);
+    for (int i = 40; i < 340; i += 23) {
+      const int begin = std::max(40, i - window + 1), end = i + 1;
+      Problem sub = make_problem({end - begin}, 4, 2, 64, true, ScaleMode::kExact);
+      const Inputs sub_in{token_slice(in.q, begin, end), token_slice(in.k, begin, end),
+                          token_slice(in.v, begin, end), token_slice(in.d_o, begin, end)};
+      const ForwardResult fs = forward(sub, sub_in);
+      const Float64Result es = float64_attention(sub, sub_in, true);
+      const int last = end - begin - 1;
+      for (int h = 0; h < p.heads_q; ++h) {
+        ASSERT_EQ(f.lse[size_t(h) * p.total_q() + i], fs.lse[size_t(h) * sub.total_q() + last]);
+        ASSERT_EQ(f.softmax_stats[(size_t(h) * p.total_q() + i) * 2 + 1],
+                  fs.softmax_stats[(size_t(h) * sub.total_q() + last) * 2 + 1]);
+        for (int d = 0; d < p.head_dim; ++d) {
+          const size_t at = (size_t(i) * p.heads_q + h) * p.head_dim + d;
+          const size_t sub_at = (size_t(last) * p.heads_q + h) * p.head_dim + d;
+          ASSERT_EQ(f.o[at], fs.o[sub_at]) << "window " << window << " row " << i;
+          EXPECT_NEAR(exact.o[at], es.o[sub_at], 1e-12);
+          EXPECT_NEAR(exact.dq[at], es.dq[sub_at], 1e-9);
+        }
+      }
+    }
+  }
+}
+
+// A window as long as every document changes nothing, bit for bit.
+TEST(ReferenceForward, WindowCoveringTheDocumentsChangesNothing) {
+  Problem p = make_problem({1, 17, 0, 113, 64}, 4, 2, 128, true, ScaleMode::kBlock32);
+  const Inputs in = make_inputs(p, {5});
+  const ForwardResult plain = forward(p, in);
+  p.sliding_window = 113;
+  const ForwardResult windowed = forward(p, in);
+  EXPECT_EQ(plain.o, windowed.o);
+  EXPECT_EQ(plain.lse, windowed.lse);
+  EXPECT_EQ(plain.softmax_stats, windowed.softmax_stats);
+  p.sliding_window = 112;
+  EXPECT_NE(plain.o, forward(p, in).o) << "the test can fail";
+}
+
 TEST(ReferenceForward, GqaUsesKvHeadHOverGroupSize) {
   // 4 query heads on 2 KV heads must equal 4 query heads on 4 KV heads where KV head h holds
   // a copy of KV head h / 2.
@@ -190,6 +248,12 @@ TEST(ReferenceForward, RejectsWhatTheContractDoesNotDefine) {
   Problem offset = p;
   offset.cu_seqlens_q = offset.cu_seqlens_k = {1, 3, 8};
   EXPECT_THROW(validate(offset), std::invalid_argument);
+  Problem window = p;
+  window.sliding_window = -1;
+  EXPECT_THROW(validate(window), std::invalid_argument);
+  window.sliding_window = 4;
+  window.causal = false;  // the window is causal
+  EXPECT_THROW(validate(window), std::invalid_argument);
 }
 
 TEST(ReferenceForward, ResultsDoNotDependOnTheThreadCount) {

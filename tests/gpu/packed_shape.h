@@ -23,6 +23,7 @@ inline PackedShape packed_shape_of(const ref::Problem& p, const int32_t* cu_q,
   s.heads_kv = p.heads_kv;
   s.head_dim = p.head_dim;
   s.causal = p.causal;
+  s.sliding_window = p.sliding_window;
   s.max_seqlen_q = ref::longest_document(p.cu_seqlens_q);
   s.max_seqlen_k = ref::longest_document(p.cu_seqlens_k);
   return s;

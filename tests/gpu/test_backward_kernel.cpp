@@ -130,6 +130,27 @@ std::vector<BackwardCase> backward_cases() {
                                 (mode == ScaleMode::kExact ? "_exact" : "_block32");
         cases.push_back({tag + "_packed_gqa4", short_docs, {}, 8, 2, d, causal, mode});
       }
+  // Sliding windows (causal): two keys (one key has exactly zero dQ and dK: nothing to compare
+  // relatively), shorter than a key tile, a key tile's worth, across tiles, wider than the
+  // documents; packed short documents with a window shorter than some of them; both
+  // precisions, GQA.
+  for (int d : {64, 128})
+    for (int window : {2, 17, 128, 301, 5000}) {
+      BackwardCase c{
+          "d" + std::to_string(d) + "_window" + std::to_string(window), awkward, {}, 8, 2, d, true,
+          window % 2 ? ScaleMode::kExact : ScaleMode::kBlock32};
+      c.sliding_window = window;
+      cases.push_back(c);
+    }
+  {
+    BackwardCase packed{"d128_window9_packed_gqa4", short_docs, {}, 8, 2, 128, true};
+    packed.sliding_window = 9;
+    cases.push_back(packed);
+    BackwardCase bf16{"d128_window200_bf16grad", {1, 17, 113, 0, 300, 1100}, {}, 4, 2, 128, true};
+    bf16.precision = BackwardPrecision::kFp8Bf16Grad;
+    bf16.sliding_window = 200;
+    cases.push_back(bf16);
+  }
   return cases;
 }
 
@@ -169,7 +190,15 @@ std::vector<BackwardCase> determinism_cases() {
   BackwardCase bf16{"d128_causal_bf16grad", {700, 45}, {}, 2, 1, 128, true};
   BackwardCase packed{"d128_causal_packed_gqa", {5, 9, 30, 3, 200, 7, 7, 7}, {}, 4, 2, 128, true};
   bf16.precision = BackwardPrecision::kFp8Bf16Grad;
-  return {gqa, full, bf16, packed};
+  // a sliding window: each query tile's dQ order starts at the first key tile it sees
+  BackwardCase window{"d128_causal_window300", {1000, 300, 17}, {}, 4, 2, 128, true};
+  window.sliding_window = 300;
+  BackwardCase window16 = window;
+  window16.name = "d64_causal_window100_bf16grad";
+  window16.head_dim = 64;
+  window16.sliding_window = 100;
+  window16.precision = BackwardPrecision::kFp8Bf16Grad;
+  return {gqa, full, bf16, packed, window, window16};
 }
 
 INSTANTIATE_TEST_SUITE_P(Deterministic, BackwardDeterminismTest,

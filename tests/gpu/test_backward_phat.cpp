@@ -112,7 +112,9 @@ TEST_P(BackwardForwardProbabilityTest, BackwardSeesForwardProbabilities) {
         const float unit = exp2_int(kSoftmaxOffset - int(m));  // back to units of 2^(M - 8)
         const int keys = problem.causal ? i - problem.cu_seqlens_q[b] + 1
                                         : problem.cu_seqlens_k[b + 1] - problem.cu_seqlens_k[b];
-        for (int jj = 0; jj < keys; ++jj) {
+        const int window = problem.sliding_window;
+        const int first = window > 0 && keys - window > 0 ? keys - window : 0;
+        for (int jj = first; jj < keys; ++jj) {
           const size_t at = (size_t(h) * total_q + i) * total_k + problem.cu_seqlens_k[b] + jj;
           const float f = forward.p_hat[at] * unit, g = backward.p_hat[at] * unit;
           const bool differs = f != g;
@@ -142,7 +144,12 @@ std::vector<BackwardCase> cases() {
   // short documents packed into shared forward work items (scheduler.cu)
   BackwardCase packed{"d128_causal_packed", {5, 17, 40, 3, 64, 1, 30, 200}, {}, 2, 1, 128, true};
   BackwardCase packed_full{"d64_full_packed", {9, 60, 2, 33, 1}, {}, 2, 2, 64, false};
-  return {causal, full, sink, packed, packed_full};
+  BackwardCase window{"d128_causal_window100", {700, 17, 300}, {}, 2, 1, 128, true};
+  window.sliding_window = 100;
+  BackwardCase packed_window{
+      "d64_causal_packed_window9", {5, 17, 40, 3, 64, 1, 30, 200}, {}, 2, 1, 64, true};
+  packed_window.sliding_window = 9;
+  return {causal, full, sink, packed, packed_full, window, packed_window};
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BackwardForwardProbabilityTest, ::testing::ValuesIn(cases()),

@@ -32,6 +32,7 @@ struct BackwardCase {
   KeySmoothing smoothing = KeySmoothing::kNone;
   float key_bias = 0.0f;
   bool sink = false;
+  int sliding_window = 0;  // ref::Problem::sliding_window (causal only)
 };
 
 inline ref::Problem make_case_problem(const BackwardCase& c) {
@@ -41,6 +42,7 @@ inline ref::Problem make_case_problem(const BackwardCase& c) {
     for (int length : c.k_docs) p.cu_seqlens_k.push_back(p.cu_seqlens_k.back() + length);
   }
   p.key_smoothing = c.smoothing;
+  p.sliding_window = c.sliding_window;
   return p;
 }
 

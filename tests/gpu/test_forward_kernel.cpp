@@ -27,6 +27,7 @@ struct ForwardCase {
   int small_value_binades = 0;  // ref::InputOptions::small_value_binades
   // O written head-major with padded rows (run_forward_kernel), not as the dense layout.
   bool padded_output = false;
+  int sliding_window = 0;  // ref::Problem::sliding_window (causal only)
 };
 
 struct ForwardOutputs {
@@ -108,6 +109,7 @@ TEST_P(ForwardKernelTest, MatchesReference) {
   ref::Problem problem =
       ref::make_problem(c.docs, c.heads_q, c.heads_kv, c.head_dim, c.causal, c.mode);
   problem.key_smoothing = c.smoothing;
+  problem.sliding_window = c.sliding_window;
   ref::InputOptions options;
   options.seed = std::hash<std::string>{}(c.name);
   options.key_bias = c.key_bias;
@@ -181,6 +183,27 @@ std::vector<ForwardCase> forward_cases() {
                    KeySmoothing::kFirstKey,
                    6.0f});
   cases.push_back({"d64_many_tiny", std::vector<int>(300, 5), 4, 4, 64, true, ScaleMode::kExact});
+  // Sliding windows (causal): from one key to wider than every document; windows that end
+  // inside, at and across key tiles; packed short documents (segments) with a window shorter
+  // than them; both scale modes, GQA.
+  for (int d : {64, 128})
+    for (int window : {1, 17, 100, 128, 300, 5000}) {
+      ForwardCase c{
+          "d" + std::to_string(d) + "_window" + std::to_string(window), awkward, 8, 2, d, true,
+          window % 2 ? ScaleMode::kExact : ScaleMode::kBlock32};
+      c.sliding_window = window;
+      cases.push_back(c);
+    }
+  {
+    ForwardCase c{"d128_window7_packed", {5, 64, 1, 33, 0, 17, 63, 2, 200, 9, 40}, 4, 2, 128, true,
+                  ScaleMode::kExact};
+    c.sliding_window = 7;
+    cases.push_back(c);
+    ForwardCase long_doc{"d128_window1000_long", {4100, 33, 1500}, 2, 1, 128, true,
+                         ScaleMode::kExact};
+    long_doc.sliding_window = 1000;
+    cases.push_back(long_doc);
+  }
   // O through padded head-major strides: the epilogue's row copies (awkward ends, one tile
   // partly past the tensor end, packed short documents).
   for (int d : {64, 128}) {

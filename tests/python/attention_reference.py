@@ -25,16 +25,19 @@ def doc_bounds(cu_seqlens: torch.Tensor) -> list[tuple[int, int]]:
     return list(zip(cu[:-1], cu[1:]))
 
 
-def causal_mask(lq: int, lk: int, device) -> torch.Tensor:
-    """Bottom-right aligned: query i sees key j when j <= i + (lk - lq)."""
+def causal_mask(lq: int, lk: int, device, window: int = 0) -> torch.Tensor:
+    """Bottom-right aligned: query i sees key j when j <= i + (lk - lq), and, with a sliding
+    window of `window` keys (0: none), when i + (lk - lq) - j < window."""
     i = torch.arange(lq, device=device).unsqueeze(1)
     j = torch.arange(lk, device=device).unsqueeze(0)
-    return j <= i + (lk - lq)
+    visible = j <= i + (lk - lq)
+    return visible & (i + (lk - lq) - j < window) if window > 0 else visible
 
 
-def attention_f64(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal):
+def attention_f64(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal, window=0):
     """Float64 attention; q (Tq, Hq, D), k/v (Tk, Hkv, D) of any float dtype. Returns
-    (out (Tq, Hq, D) float64, lse (Hq, Tq) float64). Differentiable in q, k, v."""
+    (out (Tq, Hq, D) float64, lse (Hq, Tq) float64). Differentiable in q, k, v. window: a causal
+    sliding window of that many keys (0: none)."""
     q, k, v = q.double(), k.double(), v.double()
     group = q.shape[1] // k.shape[1]
     outs, lses = [], []
@@ -44,7 +47,7 @@ def attention_f64(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal):
         kd = k[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)
         vd = v[ks:ke].repeat_interleave(group, dim=1).transpose(0, 1)
         s = softmax_scale * qd @ kd.transpose(1, 2)  # (Hq, lq, lk)
-        visible = (causal_mask(lq, lk, q.device) if causal
+        visible = (causal_mask(lq, lk, q.device, window) if causal
                    else torch.ones(lq, lk, dtype=torch.bool, device=q.device))
         s = s.masked_fill(~visible, -math.inf)
         row_max = s.amax(dim=2, keepdim=True) if lk > 0 else s.new_full((q.shape[1], lq, 1),

@@ -62,10 +62,25 @@ def test_neutral_flash_attention_values_accepted():
     call(dropout_p=0, window_size=[-1, -1], softcap=0)
 
 
+def _window(window_size, causal=False):
+    return _checks.check_flash_attention_neutral(
+        dropout_p=0.0, window_size=window_size, softcap=0.0, alibi_slopes=None,
+        return_attn_probs=False, block_table=None, causal=causal)
+
+
+def test_window_sizes_as_flash_attention_reads_them():
+    """(causal, sliding_window): (-1, 0) is causal; (left, 0), or (left, -1) with causal=True, is
+    a causal window of left + 1 keys; any negative left is unlimited."""
+    assert _window((-1, 0)) == (True, 0)
+    assert _window((-1, -1)) == (False, 0)
+    assert _window((-5, -1), causal=True) == (True, 0)
+    assert _window((0, 0)) == (True, 1)
+    assert _window((127, 0)) == (True, 128)
+    assert _window((127, -1), causal=True) == (True, 128)
+    assert _window([3, 0]) == (True, 4)
+
+
 def test_window_minus_one_zero_means_causal():
-    assert _checks.check_flash_attention_neutral(
-        dropout_p=0.0, window_size=(-1, 0), softcap=0.0, alibi_slopes=None,
-        return_attn_probs=False, block_table=None, causal=False) is True
     # Seen through the public call: causal=True rejects unequal query and key lengths.
     short_q = {"q": _t(TOTAL - 1, HEADS_Q, HEAD_DIM)}
     call(short_q)  # fine without causal
@@ -141,8 +156,11 @@ CASES = [
     ("return_lse_str", {}, {"return_lse": "no"}, TypeError, "return_lse must be a bool"),
     ("dropout", {}, {"dropout_p": 0.1}, ValueError, "dropout_p=0.1 is not supported"),
     ("dropout_str", {}, {"dropout_p": "0"}, TypeError, "dropout_p must be a float"),
-    ("window_left", {}, {"window_size": (128, 0)}, ValueError, "window_size=(128, 0)"),
+    ("window_left_not_causal", {}, {"window_size": (128, -1)}, ValueError,
+     "window_size=(128, -1) without causal"),
     ("window_right", {}, {"window_size": (-1, 64)}, ValueError, "window_size=(-1, 64)"),
+    ("window_both_sides", {}, {"window_size": (16, 16), "causal": True}, ValueError,
+     "window_size=(16, 16)"),
     ("window_type", {}, {"window_size": 5}, TypeError, "window_size must be a pair"),
     ("softcap", {}, {"softcap": 30.0}, ValueError, "softcap=30.0 is not supported"),
     ("alibi", {}, {"alibi_slopes": torch.zeros(HEADS_Q)}, ValueError,

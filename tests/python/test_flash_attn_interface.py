@@ -104,8 +104,8 @@ def test_unsupported_arguments_are_refused_by_name():
     q, k, v, cu = _t(4, 2, 64), _t(4, 1, 64), _t(4, 1, 64), _t(2, dtype=torch.int32)
     with pytest.raises(ValueError, match="dropout_p"):
         fa.flash_attn_varlen_func(q, k, v, cu, cu, 4, 4, 0.1)  # FlashAttention's dropout slot
-    with pytest.raises(ValueError, match="sliding window"):
-        fa.flash_attn_varlen_func(q, k, v, cu, cu, 4, 4, 0.0, None, True, (128, 0))
+    with pytest.raises(ValueError, match="sliding window is causal"):
+        fa.flash_attn_varlen_func(q, k, v, cu, cu, 4, 4, 0.0, None, False, (128, 128))
     with pytest.raises(ValueError, match="return_attn_probs"):
         fa.flash_attn_varlen_func(q, k, v, cu, cu, 4, 4, return_attn_probs=True)
     with pytest.raises(ValueError, match=r"qkv must have shape \(total, 3, heads, head_dim\)"):

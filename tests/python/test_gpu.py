@@ -27,6 +27,7 @@ CONTRACT_O_BOUND, CONTRACT_LSE_MEAN_BOUND = 5e-3, 2e-3
 LSE_FLIP_BOUND = math.log(1.0 + 1.0 / 8.0) + 1e-3
 CONTRACT_RATIO, CONTRACT_SLACK = 1.1, 1e-3
 LSE_F64_BOUND = 0.25  # absolute; FP8 S moves LSE by a few 1e-2 on N(0, 1) data
+WINDOW_ROW_BOUND = 5e-3  # a windowed row vs its window alone: FP32 summation order and BF16
 AWKWARD = [1, 17, 113, 0, 2049, 300]  # incl. an empty document and a 2k+1 one
 
 
@@ -103,10 +104,11 @@ def run(p, dout=None, **kwargs):
     return result
 
 
-def reference(p, dout, causal, softmax_scale=None):
+def reference(p, dout, causal, softmax_scale=None, window=0):
     q, k, v = (p[n].detach().double().requires_grad_() for n in ("q", "k", "v"))
     scale = softmax_scale or 1.0 / math.sqrt(q.shape[2])
-    out, lse = attention_f64(q, k, v, p["cu_seqlens_q"], p["cu_seqlens_k"], scale, causal)
+    out, lse = attention_f64(q, k, v, p["cu_seqlens_q"], p["cu_seqlens_k"], scale, causal,
+                             window)
     result = dict(out=out.detach(), lse=lse.detach())
     if dout is not None:
         out.backward(dout.double())
@@ -571,6 +573,69 @@ def test_cuda_graph_capture_and_replay():
         eager = _attention_step(fresh["q"], fresh["k"], fresh["v"], cu, max_seqlen, static_dout)
         for a, b in zip(graph_out, eager):
             assert torch.equal(a, b)
+
+
+# ---- sliding windows ---------------------------------------------------------------------------
+
+WINDOW_DOCS = [1, 17, 113, 0, 300, 2049, 129]
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("window", [1, 17, 100, 128, 129, 1000])
+@pytest.mark.parametrize("scale_mode", ["exact", "block32"])
+def test_sliding_window_against_float64(head_dim, window, scale_mode):
+    """window_size=(window - 1, 0): each query sees its document's last `window` keys. Forward
+    and backward (both precisions, deterministic and not) against float64 attention with the
+    same window; every output written and finite."""
+    p = make(WINDOW_DOCS, heads_q=8, heads_kv=2, head_dim=head_dim, seed=window)
+    dout = torch.randn_like(p["q"])
+    ref = reference(p, dout, causal=True, window=window)
+    # (one key: softmax over a single key has exactly zero dQ and dK, nothing to compare
+    # relatively; they are checked finite)
+    grads = ("dv",) if window == 1 else ("dq", "dk", "dv")
+    for options in ({}, {"deterministic": True}, {"precision": "fp8-bf16grad"}):
+        result = run(p, dout, window_size=(window - 1, 0), scale_mode=scale_mode, **options)
+        assert_finite(result)
+        err = errors(result, ref)
+        assert err["out"] <= O_BOUND, (options, err)
+        assert max(err[n] for n in grads) <= GRAD_BOUND, (options, err)
+        lse_diff = (result["lse"].double() - ref["lse"]).abs()
+        assert lse_diff[torch.isfinite(ref["lse"])].mean() <= LSE_F64_BOUND
+
+
+def test_window_covering_the_documents_changes_no_bit():
+    """A window as long as the longest document is plain causal attention, bit for bit (forward
+    and deterministic backward); one key shorter is not."""
+    p = make(WINDOW_DOCS, heads_q=8, heads_kv=2, head_dim=128, seed=4)
+    dout = torch.randn_like(p["q"])
+    plain = run(p, dout, causal=True, deterministic=True)
+    covering = run(p, dout, window_size=(max(WINDOW_DOCS) - 1, 0), deterministic=True)
+    shorter = run(p, dout, window_size=(max(WINDOW_DOCS) - 2, 0), deterministic=True)
+    for name in ("out", "lse", "dq", "dk", "dv"):
+        assert torch.equal(plain[name], covering[name]), name
+    assert not torch.equal(plain["out"], shorter["out"])
+
+
+@pytest.mark.parametrize("window", [1, 17, 200])
+def test_window_rows_are_their_windows_alone(window):
+    """Row i under a window equals the last row of a document made of its window's tokens alone
+    (exact scales depend on a token alone; only the tiling and so the FP32 summation order
+    differ), and the deterministic backward repeats bit for bit."""
+    p = make([3000], heads_q=4, heads_kv=1, head_dim=64, seed=window, requires_grad=False)
+    windowed = run(p, None, window_size=(window - 1, 0))
+    for i in (0, window - 1, window, 777, 2999):
+        begin = max(0, i - window + 1)
+        alone = {n: p[n][begin:i + 1].clone() for n in ("q", "k", "v")}
+        alone.update(cu_seqlens_q=_cu([i + 1 - begin]), cu_seqlens_k=_cu([i + 1 - begin]),
+                     max_seqlen_q=i + 1 - begin, max_seqlen_k=i + 1 - begin)
+        last = run(alone, None, causal=True)["out"][-1]
+        assert rel_l2(windowed["out"][i], last) <= WINDOW_ROW_BOUND, (window, i)
+    g = make([3000, 500], heads_q=4, heads_kv=1, head_dim=128, seed=9)
+    dout = torch.randn_like(g["q"])
+    first = run(g, dout, window_size=(window - 1, 0), deterministic=True)
+    again = run(g, dout, window_size=(window - 1, 0), deterministic=True)
+    for name in ("out", "lse", "dq", "dk", "dv"):
+        assert torch.equal(first[name], again[name]), name
 
 
 # ---- sizes beyond 32-bit offsets ---------------------------------------------------------------

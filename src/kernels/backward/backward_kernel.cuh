@@ -343,7 +343,8 @@ __device__ __forceinline__ void backward_step(
 template <int kHeadDim>
 __device__ __forceinline__ void accumulate_dq(const BackwardParams& p, const KeyTileItem& item,
                                               const QueryFactors& qf, const StepCursor& step,
-                                              const KeyWarpgroupDq<kHeadDim, true>& dq) {
+                                              const KeyWarpgroupDq<kHeadDim, true>& dq,
+                                              int window) {
   const int head = step.head(item, p.group_size);
   const int warpgroup = threadIdx.x / kWarpgroupThreads;
   const int warp = (threadIdx.x / kWarpSize) % kWarpsPerWarpgroup;
@@ -351,10 +352,11 @@ __device__ __forceinline__ void accumulate_dq(const BackwardParams& p, const Key
   const int dq_col0 = warpgroup * BackwardTile<kHeadDim>::kDqColumns;
   if (p.deterministic != 0) {
     const DqAdders adders{0, 0, kThreads};
-    in_dq_turn(dq_semaphore(p, item, head, step.q0), item.tile, adders, [&] {
-      add_dq_partial<kHeadDim, /*kOrdered=*/true>(p, dq.acc, qf, head, step.q0, dq_col0, warp,
-                                                  lane);
-    });
+    in_dq_turn(dq_semaphore(p, item, head, step.q0), dq_turn(p, item, step.q0, window), adders,
+               [&] {
+                 add_dq_partial<kHeadDim, /*kOrdered=*/true>(p, dq.acc, qf, head, step.q0, dq_col0,
+                                                             warp, lane);
+               });
   } else {
     add_dq_partial<kHeadDim, /*kOrdered=*/false>(p, dq.acc, qf, head, step.q0, dq_col0, warp, lane);
   }
@@ -417,7 +419,9 @@ __device__ __forceinline__ void write_key_gradients(
 
 // ---- kernel -------------------------------------------------------------------------------------
 
-template <int kHeadDim, bool kBf16Grad, bool kDebugPHat>
+// kWindowed: the instantiation for a sliding window (p.sliding_window > 0); the others compile
+// every window test away (window = 0), so they are the kernels without windows, unchanged.
+template <int kHeadDim, bool kBf16Grad, bool kDebugPHat, bool kWindowed>
 __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
     backward_kernel(const __grid_constant__ BackwardParams p) {
   using Storage = BackwardStorage<kHeadDim, kBf16Grad>;
@@ -441,12 +445,13 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   const int pair = key_tile_pair(p);
   if (p.device_status != nullptr && *p.device_status != kDeviceStatusOk) return;
   if (pair == kNoKeyTile) return;
-  const KeyTileItem item = key_tile_item(p, pair);
+  const int window = kWindowed ? p.sliding_window : 0;
+  const KeyTileItem item = key_tile_item(p, pair, window);
   if (key_tile_is_empty(item)) return;
   if constexpr (!kBf16Grad) {
     if (threadIdx.x >= kThreads) {
       hopper::warpgroup_registers_decrease<Fp8RegisterBudget<kHeadDim>::kDqWarpgroup>();
-      run_dq_warpgroup<kHeadDim>(p, item, smem);
+      run_dq_warpgroup<kHeadDim>(p, item, smem, window);
       return;
     }
     hopper::warpgroup_registers_increase<Fp8RegisterBudget<kHeadDim>::kKeyWarpgroup>();
@@ -458,13 +463,13 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   const int first_row = warpgroup * kKeysPerWarpgroup + 16 * warp + lane / 4;
   const int tile_row[kRowsPerThread] = {first_row, first_row + 8};
   StepCursor step = first_step(item, p.causal != 0);
-  const UnmaskedQueryTiles unmasked = unmasked_query_tiles(item, p.causal != 0);
+  const UnmaskedQueryTiles unmasked = unmasked_query_tiles(item, p.causal != 0, window);
   QueryFactorFetch factors;
   init_query_pipeline<kHeadDim, kBf16Grad>(smem, p);
   issue_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
   issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
   hopper::async_copy_commit();
-  KeyRowFactors key = load_key_factors(p, item, tile_row);
+  KeyRowFactors key = load_key_factors(p, item, tile_row, window);
 
   KeyGradientState<kHeadDim> state;
 #pragma unroll
@@ -495,7 +500,8 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
     KeyWarpgroupDq<kHeadDim, kBf16Grad> dq;
     backward_step<kHeadDim, kBf16Grad, kDebugPHat>(p, item, smem, state, key, tile_row, step,
                                                    unmasked.contains(step.q0), dq, opening, next);
-    if constexpr (kBf16Grad) accumulate_dq<kHeadDim>(p, item, smem.query[step.stage], step, dq);
+    if constexpr (kBf16Grad)
+      accumulate_dq<kHeadDim>(p, item, smem.query[step.stage], step, dq, window);
     finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     if constexpr (timeline::kEnabled) {
       if (laps) timeline::lap(timeline::kStepLoads);

@@ -6,12 +6,16 @@
 
 namespace flamia::backward {
 
-// The debug-P̂ instantiation runs only when the caller asks for P̂ (tests).
+// The debug-P̂ instantiations run only when the caller asks for P̂ (tests); the windowed ones only
+// for a sliding window.
 template <int kHeadDim, bool kBf16Grad>
 cudaError_t launch_backward_kernel(const BackwardParams& params, dim3 grid, cudaStream_t stream) {
   constexpr size_t kSmemBytes = backward_smem_bytes<kHeadDim, kBf16Grad>();
-  auto* kernel = params.debug_p_hat != nullptr ? backward_kernel<kHeadDim, kBf16Grad, true>
-                                               : backward_kernel<kHeadDim, kBf16Grad, false>;
+  const bool debug = params.debug_p_hat != nullptr, windowed = params.sliding_window > 0;
+  auto* kernel = debug ? (windowed ? backward_kernel<kHeadDim, kBf16Grad, true, true>
+                                   : backward_kernel<kHeadDim, kBf16Grad, true, false>)
+                       : (windowed ? backward_kernel<kHeadDim, kBf16Grad, false, true>
+                                   : backward_kernel<kHeadDim, kBf16Grad, false, false>);
   cudaError_t error =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
   if (error != cudaSuccess) return error;

@@ -69,6 +69,7 @@ backward::BackwardParams make_params(const BackwardKernelArgs& a, float* dq_accu
   p.key_tile_slots = key_tile_slots(s);
   p.tile_order = tile_order;
   p.causal = s.causal ? 1 : 0;
+  p.sliding_window = s.causal ? s.sliding_window : 0;
   p.deterministic = a.deterministic ? 1 : 0;
   p.pack_documents = packs_documents(a) ? 1 : 0;
   p.softmax_scale = a.softmax_scale;

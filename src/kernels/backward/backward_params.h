@@ -63,6 +63,7 @@ struct BackwardParams {
   int32_t* dq_semaphore;  // deterministic: [Hq][total_q], zeroed before the kernel
   const int32_t* device_status;
   float* debug_p_hat;  // optional [Hq][total_q][total_k]; see BackwardKernelArgs
+  int sliding_window;  // 0: none; W: causal rows see their last W keys (flamia.h)
 };
 
 }  // namespace flamia::backward

@@ -11,10 +11,15 @@ namespace {
 constexpr int kPlanThreads = 1024;
 constexpr int kCostBins = 4096;  // pairs visiting more query tiles share the top bin
 
-// Bin of a pair with keys: descending work = ascending bin index.
-__device__ __forceinline__ int cost_bin(const KeyTileItem& item, bool causal) {
-  const int work = min(key_tile_query_tiles(item, causal), kCostBins - 1);
-  return kCostBins - 1 - work;
+// Bin of a pair with keys: descending work = ascending bin index. `item` without its sliding
+// window (q_stop = q_end), whose work never increases with the tile index; a window caps it by a
+// constant (sliding_window_query_tiles), which keeps that order (the exact windowed count can
+// grow by one from a document's first tile to its second when its queries and keys start at
+// different offsets within 16).
+__device__ __forceinline__ int cost_bin(const KeyTileItem& item, bool causal, int window) {
+  int work = key_tile_query_tiles(item, causal);
+  if (causal && window > 0) work = min(work, sliding_window_query_tiles(window));
+  return kCostBins - 1 - min(work, kCostBins - 1);
 }
 
 // Whether packing document `doc` starts a run, and then the run's entry and bin.
@@ -24,7 +29,7 @@ __device__ __forceinline__ bool packed_run_start(const int32_t* cu_q, const int3
   if (!starts_packed_run(cu_q, cu_k, doc)) return false;
   const int documents = packed_run_length(cu_q, cu_k, batch, doc);
   entry = packed_run_entry(doc, documents);
-  bin = cost_bin(make_packed_item(cu_q, cu_k, doc, documents, 0), causal);
+  bin = cost_bin(make_packed_item(cu_q, cu_k, doc, documents, 0), causal, 0);
   return true;
 }
 
@@ -34,7 +39,7 @@ __device__ __forceinline__ bool packed_run_start(const int32_t* cu_q, const int3
 template <typename Visit>
 __device__ __forceinline__ void for_each_entry(const int32_t* cu_q, const int32_t* cu_k, int batch,
                                                int doc, int key_tiles_per_doc, bool causal,
-                                               bool pack_documents, Visit&& visit) {
+                                               int window, bool pack_documents, Visit&& visit) {
   if (pack_documents && document_packs(cu_q, cu_k, doc)) {
     int32_t entry;
     int bin;
@@ -47,7 +52,7 @@ __device__ __forceinline__ void for_each_entry(const int32_t* cu_q, const int32_
   for (int tile = 0; tile < key_tiles_per_doc; ++tile) {
     const KeyTileItem item = nth_key_tile(first, tile);
     if (key_tile_is_empty(item)) return;
-    visit(doc * key_tiles_per_doc + tile, cost_bin(item, causal));
+    visit(doc * key_tiles_per_doc + tile, cost_bin(item, causal, window));
   }
 }
 
@@ -67,7 +72,7 @@ constexpr int kMaxDocumentsForWarps = 4 * kPlanWarps;
 template <typename Place>
 __device__ __forceinline__ void for_each_entry_chunk(const int32_t* cu_q, const int32_t* cu_k,
                                                      int batch, int doc, int key_tiles_per_doc,
-                                                     bool causal, bool pack_documents,
+                                                     bool causal, int window, bool pack_documents,
                                                      Place&& place) {
   const int lane = threadIdx.x % kWarpSize;
   if (pack_documents && document_packs(cu_q, cu_k, doc)) {
@@ -82,7 +87,7 @@ __device__ __forceinline__ void for_each_entry_chunk(const int32_t* cu_q, const 
     const int tile = base + lane;
     const KeyTileItem item = nth_key_tile(first, tile);
     const bool valid = tile < key_tiles_per_doc && !key_tile_is_empty(item);
-    place(doc * key_tiles_per_doc + tile, valid ? cost_bin(item, causal) : 0, valid);
+    place(doc * key_tiles_per_doc + tile, valid ? cost_bin(item, causal, window) : 0, valid);
     if (!__any_sync(kFullWarp, valid)) return;
   }
 }
@@ -110,8 +115,9 @@ __device__ __forceinline__ void place_chunk(int* bins, int32_t* tile_order, int 
 // (place_chunk keeps the order). The entries past the pairs keep the launch's kNoKeyTile fill.
 __global__ void __launch_bounds__(kPlanThreads)
     backward_schedule_kernel(const int32_t* cu_q, const int32_t* cu_k, int batch,
-                             int key_tiles_per_doc, int slots, bool causal, bool pack_documents,
-                             const int32_t* device_status, int32_t* tile_order) {
+                             int key_tiles_per_doc, int slots, bool causal, int window,
+                             bool pack_documents, const int32_t* device_status,
+                             int32_t* tile_order) {
   __shared__ int bins[kCostBins];
   __shared__ int scratch[kPlanThreads];
   const int tid = threadIdx.x;
@@ -121,10 +127,12 @@ __global__ void __launch_bounds__(kPlanThreads)
   __syncthreads();
   const bool warp_mode = batch <= kMaxDocumentsForWarps;
   auto entries = [&](int doc, auto&& visit) {
-    for_each_entry(cu_q, cu_k, batch, doc, key_tiles_per_doc, causal, pack_documents, visit);
+    for_each_entry(cu_q, cu_k, batch, doc, key_tiles_per_doc, causal, window, pack_documents,
+                   visit);
   };
   auto chunks = [&](int doc, auto&& place) {
-    for_each_entry_chunk(cu_q, cu_k, batch, doc, key_tiles_per_doc, causal, pack_documents, place);
+    for_each_entry_chunk(cu_q, cu_k, batch, doc, key_tiles_per_doc, causal, window, pack_documents,
+                         place);
   };
   if (warp_mode) {
     for (int doc = tid / kWarpSize; doc < batch; doc += kPlanWarps)
@@ -162,7 +170,7 @@ cudaError_t launch_backward_schedule(const PackedShape& shape, int key_tiles_per
   if (error != cudaSuccess) return error;
   backward_schedule_kernel<<<1, kPlanThreads, 0, stream>>>(
       shape.cu_seqlens_q, shape.cu_seqlens_k, shape.batch, key_tiles_per_doc, slots, shape.causal,
-      pack_documents, device_status, tile_order);
+      shape.causal ? shape.sliding_window : 0, pack_documents, device_status, tile_order);
   return cudaGetLastError();
 }
 

@@ -5,7 +5,8 @@
 // BF16grad: float2 atomics (red.global.add.v2.f32): fast, but the order of the additions from the
 // key tiles of a document varies from run to run. Deterministic: the key tiles of a document
 // add their partials to a query tile in increasing key-tile order, ordered by a semaphore per
-// (head, query tile) that holds the index of the key tile whose turn it is. A CTA waits only on
+// (head, query tile) that holds the index of the key tile whose turn it is (counted from the first
+// key tile the query tile sees, dq_turn). A CTA waits only on
 // lower-indexed CTAs of the same (document, KV head), which the hardware dispatched before it,
 // so the chain always progresses.
 #pragma once
@@ -36,6 +37,13 @@ __device__ __forceinline__ void store_release(int32_t* p, int v) {
 __device__ __forceinline__ int32_t* dq_semaphore(const BackwardParams& p, const KeyTileItem& item,
                                                  int head, int q0) {
   return p.dq_semaphore + int64_t(head) * p.total_q + max(q0, item.span.q_start);
+}
+
+// The CTA's turn in the deterministic order of query tile q0: its key tile's place among the key
+// tiles that query tile sees (from first_key_tile_seen: tile 0 without a sliding window).
+__device__ __forceinline__ int dq_turn(const BackwardParams& p, const KeyTileItem& item, int q0,
+                                       int window) {
+  return item.tile - first_key_tile_seen(item, q0, p.causal != 0, window);
 }
 
 // The threads of a CTA that add its dQ partials: the whole CTA (BF16grad) or the FP8 path's dQ

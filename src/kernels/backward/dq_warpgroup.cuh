@@ -285,7 +285,7 @@ __device__ __forceinline__ void add_staged_rows(const BackwardParams& p,
 // The dQ warpgroup's whole CTA: every step of the key tile, in the key warpgroups' order.
 template <int kHeadDim>
 __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const KeyTileItem& item,
-                                                 Fp8Storage<kHeadDim>& smem) {
+                                                 Fp8Storage<kHeadDim>& smem, int window) {
   const int thread = int(threadIdx.x) - kThreads;
   const int warp = thread / kWarpSize;
   const int lane = thread % kWarpSize;
@@ -352,11 +352,13 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
       add_staged_rows<kHeadDim>(p, smem.dq_staging, rows, head, step.q0, lane);
     };
     if (deterministic) {
-      in_dq_turn(dq_semaphore(p, item, head, step.q0), item.tile, adders, [&] {
-        hopper::fence_proxy_async_global();  // the turn (acquired), before this CTA's reductions
-        add_partial();
-        if (issues_rows(lane)) hopper::bulk_wait_all();  // done before the turn passes
-      });
+      in_dq_turn(dq_semaphore(p, item, head, step.q0), dq_turn(p, item, step.q0, window), adders,
+                 [&] {
+                   hopper::fence_proxy_async_global();  // the turn (acquired), before this CTA's
+                                                        // reductions
+                   add_partial();
+                   if (issues_rows(lane)) hopper::bulk_wait_all();  // done before the turn passes
+                 });
     } else {
       add_partial();
     }

@@ -48,6 +48,35 @@ FLAMIA_HD KeyTileItem make_key_tile_item(const int32_t* cu_seqlens_q, const int3
   return item;
 }
 
+// A causal sliding window of `window` keys (flamia.h; 0: none): query row r (local) sees the keys
+// [r - window + 1, r], so the rows past the tile's last key + window - 1 see none of the tile.
+// The item's query span ends there: those rows are then outside it, as rows of another document
+// would be (masked, never loaded into a product, no dQ written), and its steps stop before them.
+FLAMIA_HD KeyTileItem with_sliding_window(KeyTileItem item, bool causal, int window) {
+  if (!causal || window <= 0 || item.packed) return item;
+  const int key_end = item.key0 + kBlockN < item.span.k_end ? item.key0 + kBlockN : item.span.k_end;
+  const int64_t stop = int64_t(item.span.q_start) + (key_end - 1 - item.span.k_start) + window;
+  if (stop < item.span.q_end) item.span.q_end = int(stop);
+  return item;
+}
+
+// At most this many query tiles see one key tile under a sliding window of `window` keys: the
+// rows from its first key to its last key + window - 1 span window + kBlockN - 1 rows, over at
+// most that many / kBlockM + 1 tiles (the backward plan's cost cap).
+FLAMIA_HD int sliding_window_query_tiles(int window) {
+  return (window + kBlockN - 2) / kBlockM + 2;
+}
+
+// The first key tile of the document that query tile q0 sees: the one holding its first row's
+// first visible key (tile 0 without a window). The deterministic dQ order starts there.
+FLAMIA_HD int first_key_tile_seen(const KeyTileItem& item, int q0, bool causal, int window) {
+  if (!causal || window <= 0 || item.packed) return 0;
+  const int first_row = (q0 > item.span.q_start ? q0 : item.span.q_start) - item.span.q_start;
+  const int first_key = first_row - window + 1 > 0 ? first_row - window + 1 : 0;
+  const int lead = item.span.k_start - floor_to_group(item.span.k_start);
+  return (first_key + lead) / kBlockN;
+}
+
 FLAMIA_HD bool key_tile_is_empty(const KeyTileItem& item) {
   return item.span.k_end <= item.span.k_start || item.key0 >= item.span.k_end;
 }
@@ -113,11 +142,15 @@ struct UnmaskedQueryTiles {
   FLAMIA_HD bool contains(int q0) const { return q0 >= first_q0 && q0 <= last_q0; }
 };
 
-FLAMIA_HD UnmaskedQueryTiles unmasked_query_tiles(const KeyTileItem& item, bool causal) {
+FLAMIA_HD UnmaskedQueryTiles unmasked_query_tiles(const KeyTileItem& item, bool causal,
+                                                  int window = 0) {
   const DocumentSpan& s = item.span;
   const bool keys_inside = item.key0 >= s.k_start && item.key0 + kBlockN <= s.k_end;
   const int last_key = item.key0 + kBlockN - 1 - s.k_start;  // document-local
   UnmaskedQueryTiles tiles{causal ? s.q_start + last_key : s.q_start, s.q_end - kBlockM};
+  // a sliding window: the tile's last row must still see the key tile's first key
+  const int window_last = s.q_start + (item.key0 - s.k_start) + window - kBlockM;
+  if (causal && window > 0 && window_last < tiles.last_q0) tiles.last_q0 = window_last;
   if (tiles.first_q0 < s.q_start) tiles.first_q0 = s.q_start;
   if (!keys_inside) tiles.first_q0 = tiles.last_q0 + 1;
   return tiles;

@@ -31,6 +31,15 @@ FLAMIA_HD uint32_t packed_window(bool causal) {
   return causal ? uint32_t(kPackWindow) : uint32_t(kPackWindow + 1);
 }
 
+// The visibility window of visible_pair (key_tiles.h) for a CTA: kOrdinaryWindow, a packed run's
+// window, either narrowed to a causal sliding window of `sliding_window` keys (0: none).
+FLAMIA_HD uint32_t visibility_window(bool packed, bool causal, int sliding_window) {
+  const uint32_t window = packed ? packed_window(causal) : kOrdinaryWindow;
+  return causal && sliding_window > 0 && uint32_t(sliding_window) < window
+             ? uint32_t(sliding_window)
+             : window;
+}
+
 FLAMIA_HD bool document_packs(const int32_t* cu_seqlens_q, const int32_t* cu_seqlens_k, int doc) {
   const int start = cu_seqlens_q[doc], end = cu_seqlens_q[doc + 1];
   return start == cu_seqlens_k[doc] && end == cu_seqlens_k[doc + 1] && end > start &&

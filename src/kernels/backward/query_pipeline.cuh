@@ -44,7 +44,8 @@ struct StepCursor {
     return item.kv_head * group_size + member;
   }
   // Causal visibility is monotone in q0 (a later query tile has later rows), so after the first
-  // query tile that sees the key tile every later one does: no tile is skipped past the first.
+  // query tile that sees the key tile every later one does (up to the span's end, which a
+  // sliding window brings forward): no tile is skipped in between.
   __device__ __forceinline__ StepCursor next(int group_size) const {
     const int next_stage = (stage + 1) % kQueryStages;
     StepCursor n{q0, member + 1, next_stage, next_stage == 0 ? phase ^ 1u : phase};

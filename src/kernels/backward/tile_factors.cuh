@@ -35,12 +35,13 @@ __device__ __forceinline__ int register_column(int lane, int i) {
 struct KeyRowFactors {
   KeyColumnFactors score[kRowsPerThread];  // {2^ek, ev, 2^-ev}
   int visibility[kRowsPerThread];
-  uint32_t window;  // of visible_pair: kOrdinaryWindow, or packed_window for a packed run
+  uint32_t window;  // of visible_pair: visibility_window (packed runs, sliding windows)
 };
 
 __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& p,
                                                           const KeyTileItem& item,
-                                                          const int (&tile_row)[kRowsPerThread]) {
+                                                          const int (&tile_row)[kRowsPerThread],
+                                                          int window) {
   KeyRowFactors f;
 #pragma unroll
   for (int r = 0; r < kRowsPerThread; ++r) {
@@ -52,7 +53,7 @@ __device__ __forceinline__ KeyRowFactors load_key_factors(const BackwardParams& 
     const int ev = valid ? p.v_exp[at] : 0;
     f.score[r] = key_column_factors(ek, ev);
   }
-  f.window = item.packed ? packed_window(p.causal != 0) : kOrdinaryWindow;
+  f.window = visibility_window(item.packed, p.causal != 0, window);
   return f;
 }
 

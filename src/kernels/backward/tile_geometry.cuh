@@ -20,13 +20,17 @@ __device__ __forceinline__ int key_tile_pair(const BackwardParams& p) {
   return p.tile_order[blockIdx.x % p.key_tile_slots];
 }
 // (Not for kNoKeyTile.)
-__device__ __forceinline__ KeyTileItem key_tile_item(const BackwardParams& p, int pair) {
+// `window`: the sliding window (0 in the kernels without one, backward_kernel's kWindowed).
+__device__ __forceinline__ KeyTileItem key_tile_item(const BackwardParams& p, int pair,
+                                                     int window) {
   const int kv_head = blockIdx.x / p.key_tile_slots;
   if (is_packed_run_entry(pair))
     return make_packed_item(p.cu_seqlens_q, p.cu_seqlens_k, packed_run_first_doc(pair),
                             packed_run_documents(pair), kv_head);
-  return make_key_tile_item(p.cu_seqlens_q, p.cu_seqlens_k, pair / p.key_tiles_per_doc,
-                            pair % p.key_tiles_per_doc, kv_head);
+  return with_sliding_window(
+      make_key_tile_item(p.cu_seqlens_q, p.cu_seqlens_k, pair / p.key_tiles_per_doc,
+                         pair % p.key_tiles_per_doc, kv_head),
+      p.causal != 0, window);
 }
 
 }  // namespace flamia::backward

@@ -71,7 +71,8 @@ struct ConsumerRows {
   int lane;
 };
 
-// One work item: a document's query tile, or (kSegment) a segment of packed short documents. The
+// One work item: a document's query tile, or (kSegment) a segment of packed short documents or a
+// query tile whose rows' sliding windows start inside its key tiles (per-row key ranges). The
 // two run separate instantiations so that the tile loop of long documents carries nothing of the
 // segments' row ranges. (Measured: one shared loop with a per-tile segment branch made the
 // head-dim-128 forward 4% slower on documents of 1k tokens and more.) `iteration` counts key
@@ -178,7 +179,8 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
 }
 
 // kFusedQuantize: the fused kernel's register split (the producer quantizes; forward_config.h).
-template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize>
+// kWindowed: the kernel for a sliding window, whose items may need per-row key ranges.
+template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize, bool kWindowed>
 __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
                                              int consumer) {
   using Tile = ForwardTile<kHeadDim>;
@@ -202,7 +204,7 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
     if (stamps) timeline::stamp(index, 3 * consumer);
     const WorkItem w = smem.item[q_buffer];
     constexpr bool kStaged = !kFusedQuantize;
-    if (w.geo.doc_count > 1)
+    if (w.geo.doc_count > 1 || (kWindowed && w.geo.causal_from == TileGeometry::kWindowed))
       run_work_item<kHeadDim, kDebugProbabilities, true, kStaged>(p, smem, w, rows, index,
                                                                   item_count, iteration);
     else

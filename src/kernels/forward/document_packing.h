@@ -56,18 +56,21 @@ struct RowKeyRange {
 
 // A row's range in a segment of documents [first_doc, first_doc + doc_count) whose queries start
 // at q_start (q_len rows) and keys at k_start: its own document's keys (causal: up to its own
-// position). Rows past the segment see nothing.
+// position, and from the sliding window's first key when `window` > 0). Rows past the segment
+// see nothing.
 FLAMIA_HD RowKeyRange segment_row_keys(int first_doc, int doc_count, int q_start, int q_len,
                                        int k_start, int row_local, const int32_t* cu_q,
-                                       const int32_t* cu_k, bool causal) {
+                                       const int32_t* cu_k, bool causal, int window = 0) {
   if (row_local >= q_len) return {1, 0};
   const int token = q_start + row_local;
   // the last document of the segment whose first query is <= token
   const int lo =
       first_doc - 1 + upper_bound_by([&](int i) { return cu_q[first_doc + i]; }, doc_count, token);
   const int first = cu_k[lo] - k_start;
-  const int last = causal ? first + (token - cu_q[lo]) : cu_k[lo + 1] - k_start - 1;
-  return {first, last};
+  const int position = token - cu_q[lo];
+  if (!causal) return {first, cu_k[lo + 1] - k_start - 1};
+  const int skipped = window > 0 && position - window + 1 > 0 ? position - window + 1 : 0;
+  return {first + skipped, first + position};
 }
 
 }  // namespace flamia::forward

@@ -37,6 +37,12 @@ struct ForwardTile {
   static_assert(kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters <=
                     (1 + kConsumerWarpgroups) * (kRegisterFile / kThreads / 8 * 8),
                 "register split within the launch allocation");
+  // The sliding-window kernel's producer also moves each item's key tiles to the window's first
+  // (tile_geometry.cuh): at head dim 64 it spilled 44 bytes within 56 registers.
+  static constexpr int kWindowedProducerRegisters = kHeadDim == 64 ? 64 : kProducerRegisters;
+  static_assert(kWindowedProducerRegisters + kConsumerWarpgroups * kConsumerRegisters <=
+                    (1 + kConsumerWarpgroups) * (kRegisterFile / kThreads / 8 * 8),
+                "register split within the launch allocation");
   // With fused quantization (head dim 128 only: at 64 its consumers spilled) the producer
   // converts BF16 rows itself (fused_quantize.cuh).
   static constexpr int kFusedProducerRegisters = 72;

@@ -31,7 +31,9 @@ __device__ __forceinline__ void init_barriers(SharedStorage<kHeadDim>& smem) {
 }
 
 // kFusedQuantize: the producer quantizes the BF16 inputs itself (fused_quantize.cuh).
-template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize>
+// kWindowed: the instantiation for a sliding window (params.sliding_window > 0); the others
+// compile every window test away, so they are the kernels without windows, unchanged.
+template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize, bool kWindowed>
 __global__ void __launch_bounds__(ForwardTile<kHeadDim>::kThreads, 1)
     forward_kernel(const __grid_constant__ ForwardParams params) {
   extern __shared__ uint8_t shared_raw[];
@@ -48,9 +50,10 @@ __global__ void __launch_bounds__(ForwardTile<kHeadDim>::kThreads, 1)
     if constexpr (kFusedQuantize)
       run_fused_producer<kHeadDim>(params, smem);
     else
-      run_producer<kHeadDim>(params, smem);
+      run_producer<kHeadDim, kWindowed>(params, smem);
   } else {
-    run_consumer<kHeadDim, kDebugProbabilities, kFusedQuantize>(params, smem, warpgroup - 1);
+    run_consumer<kHeadDim, kDebugProbabilities, kFusedQuantize, kWindowed>(params, smem,
+                                                                           warpgroup - 1);
   }
 }
 

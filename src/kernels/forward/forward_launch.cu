@@ -89,6 +89,7 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   params.group_size = s.group_size();
   params.scale_log2 = args.softmax_scale * kLog2e;
   params.causal = s.causal ? 1 : 0;
+  params.sliding_window = s.causal ? s.sliding_window : 0;
   params.o = static_cast<__nv_bfloat16*>(args.o.data);
   params.o_token_stride = args.o.token_stride;
   params.o_head_stride = args.o.head_stride;
@@ -103,10 +104,14 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
 
   constexpr size_t kShared = forward::forward_shared_bytes<kHeadDim>();
   params.debug_p_hat = args.debug_p_hat;
-  auto kernel = args.debug_p_hat ? forward::forward_kernel<kHeadDim, true, false>
-                                 : forward::forward_kernel<kHeadDim, false, false>;
+  const bool windowed = params.sliding_window > 0;  // (the fused path has no window: validated)
+  auto kernel = args.debug_p_hat
+                    ? (windowed ? forward::forward_kernel<kHeadDim, true, false, true>
+                                : forward::forward_kernel<kHeadDim, true, false, false>)
+                    : (windowed ? forward::forward_kernel<kHeadDim, false, false, true>
+                                : forward::forward_kernel<kHeadDim, false, false, false>);
   if constexpr (kHeadDim == 128) {
-    if (fused) kernel = forward::forward_kernel<kHeadDim, false, true>;
+    if (fused) kernel = forward::forward_kernel<kHeadDim, false, true, false>;
   }
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
   if (err != cudaSuccess) return err;

@@ -43,6 +43,7 @@ struct ForwardParams {
   Bf16View fused_v;
   int fused_block32;   // scale_mode block32 (else exact)
   float* debug_p_hat;  // tests only: [Hq][total_q][total_k], see debug_probabilities.cuh
+  int sliding_window;  // 0: none; W: causal rows see their last W keys (flamia.h)
 };
 
 }  // namespace flamia::forward

@@ -22,7 +22,9 @@ constexpr int kKeysPerProducerThread = 1;  // key tile / producer threads (stati
 // this thread's key (key threadIdx % 128 of the tile): e4m3 2^(ev_ref - ev_j), or 0 outside the
 // document or the window. ev_ref is the value exponent of the tile's first key inside the document:
 // every row that sees any key of the tile sees that one (causal: it is the earliest), so the split
-// between the MMA's row sum and the FP32 fallback never depends on a key the row cannot see.
+// between the MMA's row sum and the FP32 fallback never depends on a later key. (With a sliding
+// window a row may not see it: the split then depends on an earlier key outside the row's window,
+// never on a later one, and the masked keys add exact zeros either way.)
 // `exponents.key(j)` / `.value(j)`: the exponents of the tile's key j (inside the document).
 template <int kHeadDim, typename Exponents>
 __device__ __forceinline__ uint8_t write_key_factors(const WorkItem& w, int key_tile_start,
@@ -63,17 +65,18 @@ __device__ __forceinline__ uint8_t write_key_factors(const WorkItem& w, int key_
 template <int kHeadDim>
 __device__ __forceinline__ void write_item_rows(const ForwardParams& p, const WorkItem& w,
                                                 SharedStorage<kHeadDim>& smem, int buffer,
-                                                bool exponents) {
+                                                bool exponents, int window = 0) {
   using Tile = ForwardTile<kHeadDim>;
   const int tid = threadIdx.x % kWarpgroupThreads;
   if (tid == 0) smem.item[buffer] = w;
   for (int row = tid; row < Tile::kBlockM; row += kWarpgroupThreads) {
     const int row_local = w.geo.q0 + row;
     smem.row_keys[buffer][row] =
-        w.geo.doc_count > 1 ? segment_row_keys(w.geo.first_doc, w.geo.doc_count, w.geo.q_start,
-                                               w.geo.q_len, w.geo.k_start, row_local,
-                                               p.cu_seqlens_q, p.cu_seqlens_k, p.causal != 0)
-                            : RowKeyRange{0, row_local};
+        w.geo.doc_count > 1
+            ? segment_row_keys(w.geo.first_doc, w.geo.doc_count, w.geo.q_start, w.geo.q_len,
+                               w.geo.k_start, row_local, p.cu_seqlens_q, p.cu_seqlens_k,
+                               p.causal != 0, window)
+            : document_row_keys(row_local, window);
     if (exponents) {
       const bool valid = row_local < w.geo.q_len;
       smem.q_row_exp[buffer][row] =
@@ -116,11 +119,14 @@ __device__ __forceinline__ void write_row_sum_rows(uint8_t row_sum_byte, uint8_t
     vt_tile[hopper::swizzled_offset<128>(kHeadDim + r, slot)] = row_sum_byte;
 }
 
-template <int kHeadDim>
+// kWindowed: the sliding-window kernel's producer (the others compile the window away).
+template <int kHeadDim, bool kWindowed>
 __device__ __forceinline__ void run_producer(const ForwardParams& p,
                                              SharedStorage<kHeadDim>& smem) {
   using Tile = ForwardTile<kHeadDim>;
-  hopper::warpgroup_registers_decrease<Tile::kProducerRegisters>();
+  hopper::warpgroup_registers_decrease<kWindowed ? Tile::kWindowedProducerRegisters
+                                                 : Tile::kProducerRegisters>();
+  const int window = kWindowed ? p.sliding_window : 0;
   const int tid = threadIdx.x;
   const bool issues_tma = tid == 0;
   if (issues_tma) {
@@ -133,11 +139,11 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p,
   int iteration = 0;
   int item_count = 0;
   for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
-    const WorkItem w = work_item<Tile::kBlockM, Tile::kBlockN>(p, index);
+    const WorkItem w = work_item<Tile::kBlockM, Tile::kBlockN>(p, index, window);
     const int buffer = item_count % Tile::kQBuffers;
     if (item_count >= Tile::kQBuffers)
       hopper::mbarrier_wait(&smem.q_empty[buffer], ((item_count / Tile::kQBuffers) & 1) ^ 1);
-    write_item_rows<kHeadDim>(p, w, smem, buffer, true);
+    write_item_rows<kHeadDim>(p, w, smem, buffer, true, window);
     if (issues_tma) {
       hopper::mbarrier_arrive_expect_tx(&smem.q_full[buffer], Tile::kQTileBytes);
       hopper::tma_load_3d(smem.q[buffer], &p.q_map, &smem.q_full[buffer], 0, w.head,

@@ -10,11 +10,12 @@ constexpr int kPlanThreads = 1024;
 
 __device__ __forceinline__ int tile_cost(const int32_t* cu_q, const int32_t* cu_k, int doc,
                                          int doc_count, int m_block, int block_m, int block_n,
-                                         bool causal) {
+                                         bool causal, int window) {
   // key tiles visited (+1 for the fixed cost of a work item); documents have q_len == k_len
   // when causal; non-causal ones are costed by their query length as well (a lower bound)
   const int q_len = cu_q[doc + doc_count] - cu_q[doc];
   int rows = causal ? min((m_block + 1) * block_m, q_len) : q_len;
+  if (causal && window > 0) rows = min(rows, window + block_m);  // the sliding window's keys
   if (doc_count > 1) rows = cu_k[doc + doc_count] - cu_k[doc] + kPermutationGroup;  // all keys
   return min((rows + block_n - 1) / block_n + 1, kScheduleCostBins - 1);
 }
@@ -26,7 +27,7 @@ __device__ __forceinline__ int tile_cost(const int32_t* cu_q, const int32_t* cu_
 template <typename Visit>
 __device__ __forceinline__ void for_each_query_tile(const int32_t* cu_q, const int32_t* cu_k,
                                                     int batch, int block_m, int block_n,
-                                                    bool causal, Visit&& visit) {
+                                                    bool causal, int window, Visit&& visit) {
   const int threads_per_doc = max(1, kPlanThreads / max(batch, 1));
   const int doc_stride = kPlanThreads / threads_per_doc;
   const int lane = threadIdx.x % threads_per_doc;
@@ -37,7 +38,7 @@ __device__ __forceinline__ void for_each_query_tile(const int32_t* cu_q, const i
     for (int m = lane; m < d.blocks; m += threads_per_doc)
       visit(doc, d, m,
             kScheduleCostBins - 1 -
-                tile_cost(cu_q, cu_k, doc, d.doc_count, m, block_m, block_n, causal));
+                tile_cost(cu_q, cu_k, doc, d.doc_count, m, block_m, block_n, causal, window));
   }
 }
 
@@ -45,8 +46,8 @@ __device__ __forceinline__ void for_each_query_tile(const int32_t* cu_q, const i
 // time-first); each tile becomes heads_q consecutive work items.
 __global__ void __launch_bounds__(kPlanThreads)
     schedule_plan_kernel(const int32_t* cu_q, const int32_t* cu_k, int batch, int heads,
-                         int block_m, int block_n, bool causal, const int32_t* device_status,
-                         ScheduleView view) {
+                         int block_m, int block_n, bool causal, int window,
+                         const int32_t* device_status, ScheduleView view) {
   __shared__ int bins[kScheduleCostBins];
   __shared__ int scratch[kPlanThreads];
   const int tid = threadIdx.x;
@@ -54,14 +55,14 @@ __global__ void __launch_bounds__(kPlanThreads)
   for (int i = tid; i < kScheduleCostBins; i += kPlanThreads) bins[i] = 0;
   __syncthreads();
   if (!skip)
-    for_each_query_tile(cu_q, cu_k, batch, block_m, block_n, causal,
+    for_each_query_tile(cu_q, cu_k, batch, block_m, block_n, causal, window,
                         [&](int, const DocumentItems&, int, int bin) { atomicAdd(&bins[bin], 1); });
   __syncthreads();
   const int tiles = bin_counts_to_offsets<kPlanThreads, kScheduleCostBins>(bins, scratch);
   if (tid == 0) *view.num_items = tiles * heads;
   __syncthreads();
   if (skip) return;
-  for_each_query_tile(cu_q, cu_k, batch, block_m, block_n, causal,
+  for_each_query_tile(cu_q, cu_k, batch, block_m, block_n, causal, window,
                       [&](int doc, const DocumentItems& d, int m, int bin) {
                         const int at = atomicAdd(&bins[bin], 1);
                         for (int h = 0; h < heads; ++h)
@@ -89,7 +90,8 @@ cudaError_t launch_schedule_plan(const PackedShape& shape, int block_m, int bloc
                                  cudaStream_t stream) {
   schedule_plan_kernel<<<1, kPlanThreads, 0, stream>>>(
       shape.cu_seqlens_q, shape.cu_seqlens_k, shape.batch, shape.heads_q, block_m, block_n,
-      shape.causal, device_status, schedule_view(workspace));
+      shape.causal, shape.causal ? shape.sliding_window : 0, device_status,
+      schedule_view(workspace));
   return cudaGetLastError();
 }
 

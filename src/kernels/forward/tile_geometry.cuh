@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
+#include "kernels/forward/document_packing.h"
 
 namespace flamia::forward {
 
@@ -24,17 +25,19 @@ struct TileGeometry {
   int k_len;
   int k_tile_base;  // floor16(k_start): key tiles start here (permuted V̂ᵀ groups)
   int n_tiles;      // key tiles this query tile visits
-  int causal_from;  // first key tile that needs the causal mask (n_tiles if none)
+  int causal_from;  // first key tile that needs the causal mask (n_tiles if none); kWindowed:
+                    // a sliding window starts some row's keys inside the visited tiles, so every
+                    // tile takes the per-row key ranges (the segments' masks)
   int first_doc;    // the item's documents: [first_doc, first_doc + doc_count)
   int doc_count;    // > 1: a segment; each row sees only its own document's keys
+  static constexpr int kWindowed = -1;
 };
 
 // Key tiles needed by the query rows [q0, q0 + rows) of a document, and the first that crosses
 // the causal diagonal. Keys before k_start (in the first tile) are masked by their factors.
 template <int kBlockN>
-__host__ __device__ __forceinline__ void key_tile_range(int q0, int rows, int q_len, int k_start,
-                                                        int k_len, bool causal, int* n_tiles,
-                                                        int* causal_from) {
+FLAMIA_HD void key_tile_range(int q0, int rows, int q_len, int k_start, int k_len, bool causal,
+                              int* n_tiles, int* causal_from) {
   const int lead = k_start - k_start / kPermutationGroup * kPermutationGroup;  // masked keys
   if (!causal) {
     *n_tiles = (k_len + lead + kBlockN - 1) / kBlockN;
@@ -50,10 +53,36 @@ __host__ __device__ __forceinline__ void key_tile_range(int q0, int rows, int q_
   *causal_from = from < *n_tiles ? from : *n_tiles;
 }
 
+// A causal document's sliding window of `window` keys (flamia.h; 0: none): row r (local) sees the
+// keys [r - window + 1, r]. The item's key tiles then start at the one holding its first row's
+// first key (k_tile_base moves there, so tile 0 is the first visited; bases stay multiples of
+// 16), and it needs per-row lower bounds when its last row's window starts after the first key
+// it visits.
+template <int kBlockN>
+FLAMIA_HD void apply_sliding_window(TileGeometry& g, int rows, int window) {
+  if (window <= 0 || g.n_tiles == 0) return;
+  const int lead = g.k_start - g.k_tile_base;  // keys of the previous document in tile 0
+  const int first_key = g.q0 - window + 1 > 0 ? g.q0 - window + 1 : 0;
+  const int last_row = (g.q0 + rows < g.q_len ? g.q0 + rows : g.q_len) - 1;
+  const int last_first_key = last_row - window + 1;
+  const int skip = (first_key + lead) / kBlockN;
+  g.k_tile_base += skip * kBlockN;
+  g.n_tiles -= skip;
+  g.causal_from = g.causal_from > skip ? g.causal_from - skip : 0;
+  const int first_visited = g.k_tile_base > g.k_start ? g.k_tile_base - g.k_start : 0;
+  if (last_first_key > first_visited) g.causal_from = TileGeometry::kWindowed;
+}
+
+// A row's visible keys in a document item (relative to k_start): causal up to the row, from the
+// window's first key when there is a window.
+FLAMIA_HD RowKeyRange document_row_keys(int row_local, int window) {
+  const int first = window > 0 && row_local - window + 1 > 0 ? row_local - window + 1 : 0;
+  return {first, row_local};
+}
+
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ TileGeometry tile_geometry(const TileItem& item,
-                                                      const int32_t* cu_seqlens_q,
-                                                      const int32_t* cu_seqlens_k, bool causal) {
+FLAMIA_HD TileGeometry tile_geometry(const TileItem& item, const int32_t* cu_seqlens_q,
+                                     const int32_t* cu_seqlens_k, bool causal, int window) {
   TileGeometry g;
   g.first_doc = item.doc;
   g.doc_count = item.doc_count;
@@ -67,7 +96,10 @@ __device__ __forceinline__ TileGeometry tile_geometry(const TileItem& item,
   // A segment visits all its keys, every tile with the per-row document mask.
   key_tile_range<kBlockN>(g.q0, kBlockM, g.q_len, g.k_start, g.k_len, causal && item.doc_count == 1,
                           &g.n_tiles, &g.causal_from);
-  if (item.doc_count > 1) g.causal_from = 0;
+  if (item.doc_count > 1)
+    g.causal_from = 0;
+  else if (causal)
+    apply_sliding_window<kBlockN>(g, kBlockM, window);
   return g;
 }
 

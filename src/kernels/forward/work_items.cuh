@@ -14,13 +14,15 @@ struct WorkItem {
   TileGeometry geo;
 };
 
+// `window`: the sliding window (0 in the kernels without one, forward_kernel's kWindowed).
 template <int kBlockM, int kBlockN>
-__device__ __forceinline__ WorkItem work_item(const ForwardParams& p, int index) {
+__device__ __forceinline__ WorkItem work_item(const ForwardParams& p, int index, int window = 0) {
   const TileItem tile = p.schedule.items[index];
   WorkItem w;
   w.head = tile.head;
   w.kv_head = w.head / p.group_size;
-  w.geo = tile_geometry<kBlockM, kBlockN>(tile, p.cu_seqlens_q, p.cu_seqlens_k, p.causal != 0);
+  w.geo =
+      tile_geometry<kBlockM, kBlockN>(tile, p.cu_seqlens_q, p.cu_seqlens_k, p.causal != 0, window);
   return w;
 }
 
