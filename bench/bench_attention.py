@@ -36,8 +36,14 @@ ROOT = Path(__file__).resolve().parent.parent
 FWD_BWD_FLOP_FACTOR = 3.5  # workloads.json convention: fwd+bwd = 3.5 x forward FLOPs
 
 
-def forward_flops(doc_lens, heads_q, head_dim, causal=True):
-    return sum(4 * L * L * head_dim * heads_q * (0.5 if causal else 1.0) for L in doc_lens)
+def forward_flops(doc_lens, heads_q, head_dim, causal=True, window=0):
+    """Forward FLOPs, 4 D Hq per visible (query, key) pair; causal counts L^2 / 2 pairs per
+    document (workloads.json), a causal sliding window of W keys L W - W^2 / 2 (W < L)."""
+    def pairs(L):
+        if causal and 0 < window < L:
+            return L * window - window * window / 2
+        return L * L * (0.5 if causal else 1.0)
+    return sum(4 * pairs(L) * head_dim * heads_q for L in doc_lens)
 
 
 @contextlib.contextmanager
@@ -172,11 +178,16 @@ def kv_for_every_query_head(q, k, v):
     return k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
 
 
-def bench_fa2_varlen(q, k, v, d_o, cu, max_len, causal=True):
+def window_size(causal, window=0):
+    """FlashAttention's window_size: causal, with a sliding window of `window` keys (0: none)."""
+    return (window - 1 if window > 0 else -1, 0) if causal else (-1, -1)
+
+
+def bench_fa2_varlen(q, k, v, d_o, cu, max_len, causal=True, window=0):
     from torch.nn.attention.varlen import varlen_attn
     # GQA keys/values are expanded outside the timing
     k_full, v_full = kv_for_every_query_head(q, k, v)
-    window = (-1, 0) if causal else (-1, -1)
+    window = window_size(causal, window)
 
     def run(grad):
         qq, kk, vv = with_grad((q, k_full, v_full), grad)
@@ -199,21 +210,22 @@ def fa4_varlen():
     return flash_attn_varlen_func
 
 
-def fa4_runner(q, k, v, d_o, cu, max_len, causal=True):
+def fa4_runner(q, k, v, d_o, cu, max_len, causal=True, window=0):
     """run(grad) of FlashAttention-4 on the packed documents (GQA native)."""
     fn = fa4_varlen()
+    extra = {"window_size": window_size(causal, window)} if window > 0 else {}
 
     def run(grad):
         qq, kk, vv = with_grad((q, k, v), grad)
         out = fn(qq, kk, vv, cu_seqlens_q=cu, cu_seqlens_k=cu, max_seqlen_q=max_len,
-                 max_seqlen_k=max_len, causal=causal)
+                 max_seqlen_k=max_len, causal=causal, **extra)
         return (out[0] if isinstance(out, tuple) else out), (qq, kk, vv), d_o
 
     return run
 
 
-def bench_fa4(q, k, v, d_o, cu, max_len, causal=True):
-    return time_pair(fa4_runner(q, k, v, d_o, cu, max_len, causal))
+def bench_fa4(q, k, v, d_o, cu, max_len, causal=True, window=0):
+    return time_pair(fa4_runner(q, k, v, d_o, cu, max_len, causal, window))
 
 
 def bench_cudnn(q, k, v, d_o, doc_lens, causal=True):
@@ -286,7 +298,7 @@ def bench_cudnn_fp8(q, k, v, doc_lens):
 _flex_compiled = None
 
 
-def bench_flex(q, k, v, d_o, cu, causal=True):
+def bench_flex(q, k, v, d_o, cu, causal=True, window=0):
     global _flex_compiled
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
     if _flex_compiled is None:
@@ -300,7 +312,8 @@ def bench_flex(q, k, v, d_o, cu, causal=True):
         return doc[q_idx] == doc[kv_idx]
 
     def document_causal(b, h, q_idx, kv_idx):
-        return same_document(b, h, q_idx, kv_idx) & (q_idx >= kv_idx)
+        visible = same_document(b, h, q_idx, kv_idx) & (q_idx >= kv_idx)
+        return visible & (q_idx - kv_idx < window) if window > 0 else visible
 
     # compiled: the block mask is built without materialising the dense total x total mask
     # (128 GiB for one 128k-token document)

@@ -40,10 +40,13 @@ def main():
     ap.add_argument("--workloads", default=",".join(NONCAUSAL_WORKLOADS))
     ap.add_argument("--workloads-file", help="more workloads (the format of workloads.json)")
     ap.add_argument("--causal", action="store_true")
+    ap.add_argument("--window", type=int, default=0,
+                    help="a causal sliding window of this many keys (cuDNN is then not timed)")
     ap.add_argument("--backends", default="flamia,fa2_varlen,cudnn,flex,fa4",
                     help="which to time (comma-separated)")
     opts = ap.parse_args()
-    causal = opts.causal
+    causal = opts.causal or opts.window > 0
+    window = opts.window
     workloads = ba.all_workloads()
     if opts.workloads_file:
         workloads.update(json.loads(Path(opts.workloads_file).read_text())["workloads"])
@@ -51,14 +54,18 @@ def main():
     for name in opts.workloads.split(","):
         w = workloads[name]
         q, k, v, d_o, cu, max_len = ba.make_inputs(w)
-        flops = ba.forward_flops(w["doc_lens"], w["heads_q"], w["head_dim"], causal=causal)
+        flops = ba.forward_flops(w["doc_lens"], w["heads_q"], w["head_dim"], causal=causal,
+                                 window=window)
+        flamia_window = {"window_size": ba.window_size(True, window)} if window else {}
         runs = {"flamia": lambda: ba.bench_flamia(q, k, v, d_o, cu, max_len, "exact",
-                                                  causal=causal),
+                                                  causal=causal, **flamia_window),
                 "fa2_varlen": lambda: ba.bench_fa2_varlen(q, k, v, d_o, cu, max_len,
-                                                          causal=causal),
-                "cudnn": lambda: ba.bench_cudnn(q, k, v, d_o, w["doc_lens"], causal=causal),
-                "flex": lambda: ba.bench_flex(q, k, v, d_o, cu, causal=causal),
-                "fa4": lambda: ba.bench_fa4(q, k, v, d_o, cu, max_len, causal=causal)}
+                                                          causal=causal, window=window),
+                "cudnn": lambda: (None if window else
+                                  ba.bench_cudnn(q, k, v, d_o, w["doc_lens"], causal=causal)),
+                "flex": lambda: ba.bench_flex(q, k, v, d_o, cu, causal=causal, window=window),
+                "fa4": lambda: ba.bench_fa4(q, k, v, d_o, cu, max_len, causal=causal,
+                                            window=window)}
         rec = {"fwd_flops": flops}
         runs = {b: bench for b, bench in runs.items() if b in opts.backends.split(",")}
         for backend, bench in runs.items():
@@ -84,6 +91,7 @@ def main():
               {k: v for k, v in rec.items() if k.startswith(("best", "speedup"))}, flush=True)
     Path(opts.json).write_text(json.dumps({"device": torch.cuda.get_device_name(),
                                            "torch": torch.__version__, "causal": causal,
+                                           "sliding_window": window,
                                            "workloads": results}, indent=1))
 
 
