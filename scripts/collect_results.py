@@ -219,7 +219,8 @@ def markdown(results: dict) -> str:
         lines += ["", "## Workloads beyond the public ones (bench/workloads_extra.json)"]
         lines += workload_table(extra)
     for key, title in (("noncausal", "Non-causal packed documents"),
-                       ("long_context", "Long context (bench/workloads_long.json)")):
+                       ("long_context", "Long context (bench/workloads_long.json)"),
+                       ("sliding_window", "Causal sliding window of 4096 keys")):
         if results.get(key, {}).get("workloads"):
             lines += ["", f"## {title}"] + baselines_table(results[key])
     return "\n".join(lines) + "\n"
