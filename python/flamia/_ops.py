@@ -391,16 +391,10 @@ def _no_zero_gradients(ctx) -> None:
     ctx.set_materialize_grads(False)
 
 
-def _with_default_window(inputs, without_window: int) -> tuple:
-    """The op's inputs with sliding_window (its last, defaulted argument) present: autograd hands
-    setup_context the inputs as the call gave them."""
-    return tuple(inputs) + (0,) if len(inputs) == without_window else tuple(inputs)
-
-
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
      scale_mode, key_smoothing, key_smoothing_vector, precision, deterministic,
-     sliding_window) = _with_default_window(inputs, 14)
+     sliding_window) = inputs  # (torch fills in the defaulted sliding_window)
     out, lse, stats = output
     ctx.save_for_backward(q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k,
                           key_smoothing_vector)
@@ -431,7 +425,7 @@ fwd.register_autograd(_backward, setup_context=_setup_context)
 def _setup_saving_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
      scale_mode, key_smoothing, key_smoothing_vector, deterministic,
-     sliding_window) = _with_default_window(inputs, 13)
+     sliding_window) = inputs
     out, lse, stats, saved = output
     # No q, k or v: the backward reads the quantized copies in `saved`, K̂ built with the
     # smoothing vector as it was at the forward (the vector is a constant, as documented).

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
+#include "common/sliding_window.h"
 #include "kernels/backward/backward_config.h"
 
 namespace flamia::backward {
@@ -72,7 +73,7 @@ FLAMIA_HD int sliding_window_query_tiles(int window) {
 FLAMIA_HD int first_key_tile_seen(const KeyTileItem& item, int q0, bool causal, int window) {
   if (!causal || window <= 0 || item.packed) return 0;
   const int first_row = (q0 > item.span.q_start ? q0 : item.span.q_start) - item.span.q_start;
-  const int first_key = first_row - window + 1 > 0 ? first_row - window + 1 : 0;
+  const int first_key = sliding_window_first_key(first_row, window);
   const int lead = item.span.k_start - floor_to_group(item.span.k_start);
   return (first_key + lead) / kBlockN;
 }

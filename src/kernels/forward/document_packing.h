@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
+#include "common/sliding_window.h"
 #include "common/sorted_search.h"
 
 namespace flamia::forward {
@@ -69,8 +70,7 @@ FLAMIA_HD RowKeyRange segment_row_keys(int first_doc, int doc_count, int q_start
   const int first = cu_k[lo] - k_start;
   const int position = token - cu_q[lo];
   if (!causal) return {first, cu_k[lo + 1] - k_start - 1};
-  const int skipped = window > 0 && position - window + 1 > 0 ? position - window + 1 : 0;
-  return {first + skipped, first + position};
+  return {first + sliding_window_first_key(position, window), first + position};
 }
 
 }  // namespace flamia::forward

@@ -62,7 +62,7 @@ template <int kBlockN>
 FLAMIA_HD void apply_sliding_window(TileGeometry& g, int rows, int window) {
   if (window <= 0 || g.n_tiles == 0) return;
   const int lead = g.k_start - g.k_tile_base;  // keys of the previous document in tile 0
-  const int first_key = g.q0 - window + 1 > 0 ? g.q0 - window + 1 : 0;
+  const int first_key = sliding_window_first_key(g.q0, window);
   const int last_row = (g.q0 + rows < g.q_len ? g.q0 + rows : g.q_len) - 1;
   const int last_first_key = last_row - window + 1;
   const int skip = (first_key + lead) / kBlockN;
@@ -76,8 +76,7 @@ FLAMIA_HD void apply_sliding_window(TileGeometry& g, int rows, int window) {
 // A row's visible keys in a document item (relative to k_start): causal up to the row, from the
 // window's first key when there is a window.
 FLAMIA_HD RowKeyRange document_row_keys(int row_local, int window) {
-  const int first = window > 0 && row_local - window + 1 > 0 ? row_local - window + 1 : 0;
-  return {first, row_local};
+  return {sliding_window_first_key(row_local, window), row_local};
 }
 
 template <int kBlockM, int kBlockN>
