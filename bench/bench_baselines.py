@@ -5,7 +5,8 @@ adds accuracy, the options and the anchors for the public workloads): cuDNN SDPA
 document has the same length, FA2 varlen, FlexAttention with a document mask, and
 FlashAttention-4 where its wheels were carried (FA4_SITE: scripts/fetch-fa4-wheels,
 scripts/fa4-unpack; reported as an error otherwise, not fatal). Times are medians of calls
-queued back to back (bench_attention.median_ms). TFLOP/s: forward 4 L^2 D H per document (half
+queued back to back (bench_attention.median_ms), the best of two rounds whose order alternates
+(time_in_rounds). TFLOP/s: forward 4 L^2 D H per document (half
 of it when causal), forward+backward 3.5 x that.
 
 Without --causal the default workloads are non-causal versions of three public ones and the
@@ -44,6 +45,8 @@ def main():
                     help="a causal sliding window of this many keys (cuDNN is then not timed)")
     ap.add_argument("--backends", default="flamia,fa2_varlen,cudnn,flex,fa4",
                     help="which to time (comma-separated)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="rounds of timing, alternating the order (the best of them)")
     opts = ap.parse_args()
     causal = opts.causal or opts.window > 0
     window = opts.window
@@ -68,19 +71,13 @@ def main():
                                             window=window)}
         rec = {"fwd_flops": flops}
         runs = {b: bench for b, bench in runs.items() if b in opts.backends.split(",")}
-        for backend, bench in runs.items():
-            try:
-                times = bench()
-            except Exception as e:  # a baseline that cannot run this shape is reported, not fatal
-                rec[backend] = {"error": f"{type(e).__name__}: {e}"[:300]}
-                continue
-            if times is None:  # cuDNN: documents of different lengths
-                continue
-            fwd, fwdbwd = times
+        timed, errors = ba.time_in_rounds(runs, opts.rounds)
+        for backend, error in errors.items():  # a backend that cannot run this shape
+            rec[backend] = {"error": error}
+        for backend, (fwd, fwdbwd) in timed.items():
             rec[backend] = {"fwd_ms": fwd, "fwdbwd_ms": fwdbwd,
                             "fwd_tflops": flops / fwd / 1e9,
                             "fwdbwd_tflops": ba.FWD_BWD_FLOP_FACTOR * flops / fwdbwd / 1e9}
-        timed = [b for b in runs if "fwd_ms" in rec.get(b, {})]
         baselines = [b for b in timed if b != "flamia"]
         for kind in ("fwd", "fwdbwd") if "flamia" in timed and baselines else ():
             ms, backend = min((rec[b][f"{kind}_ms"], b) for b in baselines)

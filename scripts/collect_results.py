@@ -5,6 +5,9 @@
     collect_results.py merge OUT --commit SHA --command "..." [--results bench/results]
         OUT/{tests,quantize,attention,kernels}.json + OUT/sass.txt -> RESULTS/h200.json and
         h200.md
+    collect_results.py keep KEY RUN.json --what "..." --command "..." [--results bench/results]
+        a bench_baselines.py run -> RESULTS/KEY.json (as is) and h200.json's KEY (flamia's and
+        the baselines' ms, the fastest BF16 and the ratios), h200.md rendered again
 """
 from __future__ import annotations
 
@@ -226,14 +229,47 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def baselines_block(run: dict, what: str, command: str, file: str) -> dict:
+    """h200.json's record of a bench_baselines.py run (what baselines_table renders)."""
+    workloads = {}
+    for name, r in run["workloads"].items():
+        timed = {b: {"fwd_ms": x["fwd_ms"], "fwdbwd_ms": x["fwdbwd_ms"]}
+                 for b, x in r.items() if isinstance(x, dict) and "fwd_ms" in x}
+        flamia = timed.pop("flamia")
+        workloads[name] = {"flamia_fwd_ms": flamia["fwd_ms"],
+                           "flamia_fwdbwd_ms": flamia["fwdbwd_ms"],
+                           **{k: r[k] for k in ("best_bf16_fwd", "speedup_fwd", "best_bf16_fwdbwd",
+                                                "speedup_fwdbwd") if k in r},
+                           "baselines": timed}
+    return {"what": what, "command": command, "file": file, "workloads": workloads}
+
+
+def keep_baselines_run(key: str, run_file: Path, what: str, command: str, dest: Path) -> None:
+    run = json.loads(run_file.read_text())
+    kept = dest / f"{key}.json"
+    kept.write_text(json.dumps(run, indent=1))
+    results = json.loads((dest / "h200.json").read_text())
+    results[key] = baselines_block(run, what, command, str(kept))
+    (dest / "h200.json").write_text(json.dumps(results, indent=1))
+    (dest / "h200.md").write_text(markdown(results))
+    print(f"kept {run_file} as {kept} and h200.json's {key}")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["tests", "merge"])
-    ap.add_argument("out")
+    ap.add_argument("what", choices=["tests", "merge", "keep"])
+    ap.add_argument("out", help="OUT (tests, merge) or the KEY to keep a run under (keep)")
+    ap.add_argument("run", nargs="?", help="keep: the bench_baselines.py JSON")
     ap.add_argument("--commit", default="")
     ap.add_argument("--command", default="")
+    ap.add_argument("--what", dest="description", default="", help="keep: what the run is")
     ap.add_argument("--results", default="bench/results")
     a = ap.parse_args()
+    if a.what == "keep":
+        if not a.run:
+            ap.error("keep needs KEY and the run's JSON")
+        keep_baselines_run(a.out, Path(a.run), a.description, a.command, Path(a.results))
+        return
     out = Path(a.out)
     if a.what == "tests":
         counts = count_tests(out)

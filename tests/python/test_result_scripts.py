@@ -65,6 +65,33 @@ def test_collect_results_merge_keeps_previous_keys(tmp_path):
     assert "Tests: 3 passed" in table and "| w | 1.000 (500) |" in table
 
 
+def test_collect_results_keep_stores_a_baselines_run(tmp_path):
+    """collect_results.py keep: a bench_baselines.py run is copied to RESULTS/KEY.json and
+    recorded under h200.json's KEY (what baselines_table renders); the other keys stay."""
+    run_json = tmp_path / "run.json"
+    run_json.write_text(json.dumps({"device": "H200", "causal": True, "workloads": {"w": {
+        "fwd_flops": 1e12,
+        "flamia": {"fwd_ms": 2.0, "fwdbwd_ms": 6.0, "fwd_tflops": 500.0},
+        "fa4": {"fwd_ms": 1.5, "fwdbwd_ms": 5.0, "fwd_tflops": 666.0},
+        "cudnn": {"error": "RuntimeError: no path"},
+        "best_bf16_fwd": "fa4", "speedup_fwd": 0.75,
+        "best_bf16_fwdbwd": "fa4", "speedup_fwdbwd": 5.0 / 6.0}}}))
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "h200.json").write_text(json.dumps({"commit": "c", "other": {"kept": 1}}))
+    run(str(SCRIPTS / "collect_results.py"), "keep", "windowed", str(run_json), "--what",
+        "a test run.", "--command", "bench_baselines.py --window 8", "--results", str(results))
+    merged = json.loads((results / "h200.json").read_text())
+    assert merged["other"] == {"kept": 1}
+    block = merged["windowed"]
+    assert block["what"] == "a test run." and block["file"] == str(results / "windowed.json")
+    assert block["workloads"]["w"] == {
+        "flamia_fwd_ms": 2.0, "flamia_fwdbwd_ms": 6.0, "best_bf16_fwd": "fa4",
+        "speedup_fwd": 0.75, "best_bf16_fwdbwd": "fa4", "speedup_fwdbwd": 5.0 / 6.0,
+        "baselines": {"fa4": {"fwd_ms": 1.5, "fwdbwd_ms": 5.0}}}
+    assert json.loads((results / "windowed.json").read_text()) == json.loads(run_json.read_text())
+
+
 def test_profile_forward_call_gaps_and_totals():
     sys.path.insert(0, str(REPO / "bench"))
     from profile_forward_call import summarize_call
@@ -190,3 +217,30 @@ def test_timeline_report_forward_phases(tmp_path):
     assert us["consumer 1 starts after consumer 0"] == 0.01
     assert us["consumer 0: wait for the next item"] == 0.02
     assert report["loop_fit_us"] == {"per_item": 0.05, "per_key_tile": 0.1}
+
+
+def test_time_in_rounds_alternates_order_and_keeps_the_best():
+    """bench_attention.time_in_rounds: each backend's best (fwd, fwd+bwd) over the rounds, the
+    order reversed every other round, a failing backend reported once and not run again, a
+    backend that returns None (no path for the shape) left out."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import bench_attention
+
+    calls = []
+    measured = {"a": iter([(2.0, 9.0), (3.0, 8.0), (1.5, 9.5)]), "c": iter([(4.0, 4.0)] * 3)}
+
+    def backend(name):
+        def run():
+            calls.append(name)
+            if name == "broken":
+                raise ValueError("no kernel for this shape")
+            if name == "absent":
+                return None
+            return next(measured[name])
+        return run
+
+    names = ("a", "broken", "absent", "c")
+    best, errors = bench_attention.time_in_rounds({n: backend(n) for n in names}, 3)
+    assert best == {"a": (1.5, 8.0), "c": (4.0, 4.0)}
+    assert errors == {"broken": "ValueError: no kernel for this shape"}
+    assert calls == ["a", "broken", "absent", "c", "c", "absent", "a", "a", "absent", "c"]
