@@ -174,6 +174,40 @@ def baselines_table(block: dict) -> list[str]:
     return lines
 
 
+def power_state_tables(block: dict) -> list[str]:
+    """h200.json's `power_state` (tools/probes/power_state.py's two runs): flamia against
+    FlashAttention-4 in the GPU's sustained, power-capped state, and each time under the
+    probe's conditions."""
+    lines = ["", f"{block['what']} Command: `{block['command']}`.", "",
+             "Sustained state (ms; x = FA4 / flamia):", "",
+             "| workload | flamia fwd | FA4 fwd | x | flamia fwd+bwd | FA4 fwd+bwd | x |",
+             "|---|---|---|---|---|---|---|"]
+    sustained = block["sustained"]["runs"]
+    names = dict.fromkeys(key.split("/")[0] for key in sustained)
+    for name in names:
+        def ms(backend, phase):
+            return sustained[f"{name}/{backend}/{phase}/sustained"]["ms"]
+        cells = []
+        for phase in ("fwd", "fwdbwd"):
+            mine, fa4 = ms("flamia", phase), ms("fa4", phase)
+            cells += [f"{mine:.3f}", f"{fa4:.3f}", f"{fa4 / mine:.2f}"]
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    lines += ["", "By condition (ms; SM clock and power right after):", "",
+              "| workload / backend / phase | " +
+              " | ".join(label for label, *_ in block["conditions_order"]) + " |",
+              "|---|" + "---|" * len(block["conditions_order"])]
+    runs = block["conditions"]["runs"]
+    rows = dict.fromkeys(key.rsplit("/", 1)[0] for key in runs)
+    for row in rows:
+        cells = []
+        for label, *_ in block["conditions_order"]:
+            r = runs[f"{row}/{label}"]
+            clock_power = ", ".join(r["after"].split(", ")[:2])
+            cells.append(f"{r['ms']:.3f} ({clock_power})")
+        lines.append(f"| {row} | {' | '.join(cells)} |")
+    return lines
+
+
 def markdown(results: dict) -> str:
     lines = [f"# flamia on {results.get('device', 'H200')}", "",
              f"Commit `{results.get('commit', '?')}`; command: `{results.get('command', '')}`.", ""]
@@ -226,6 +260,9 @@ def markdown(results: dict) -> str:
                        ("sliding_window", "Causal sliding window of 4096 keys")):
         if results.get(key, {}).get("workloads"):
             lines += ["", f"## {title}"] + baselines_table(results[key])
+    if results.get("power_state"):
+        lines += ["", "## Power state: sustained load against a few calls after idle"]
+        lines += power_state_tables(results["power_state"])
     return "\n".join(lines) + "\n"
 
 

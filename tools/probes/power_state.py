@@ -1,0 +1,82 @@
+#!/usr/bin/env python3
+"""How a backend's measured time depends on the GPU's power state (session 28). Under sustained
+load the H200 sits at its ~690 W power cap and lowers the SM clock by how much power a kernel
+draws: FlashAttention-4's BF16 kernels drop to ~1.6 GHz, flamia's FP8 kernels stay at 1.85-1.98.
+A benchmark that times a few calls after an idle GPU measures the boost clock instead.
+
+    conditions WORKLOADS OUT.json   flamia's and FA4's forward and fwd+bwd, the median of 15
+        calls queued back to back after (a) 2 s idle and 3 warm-up calls, (b) 0.2 s of warm-up,
+        (c) 3 s of warm-up, (d) 2 s idle and 3 calls again
+    sustained WORKLOADS OUT.json S  the same medians after S seconds of warm-up each
+
+Each with the SM clock, power draw and throttle reasons nvidia-smi reports right after (0x4 =
+the software power cap). Needs FA4_SITE (scripts/fa4-unpack) and FLAMIA_LIBRARY:
+
+    FA4_SITE=/tmp/fa4site FLAMIA_LIBRARY=build/libflamia.so \\
+        python3 tools/probes/power_state.py sustained equal-8k,uniform OUT.json 2
+"""
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT / "python"))
+import torch  # noqa: E402
+
+import bench_attention as ba  # noqa: E402
+
+CONDITIONS = (("idle2s_3calls", 0.0, 2.0), ("warm0.2s", 0.2, 0.0), ("warm3s", 3.0, 0.0),
+              ("idle2s_3calls_again", 0.0, 2.0))  # (label, warm-up seconds, idle seconds)
+
+
+def gpu_state():
+    query = "clocks.sm,power.draw,clocks_throttle_reasons.active"
+    return subprocess.run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader"],
+                          capture_output=True, text=True).stdout.strip()
+
+
+def flamia_runner(q, k, v, d_o, cu, max_len):
+    import flamia
+
+    def run(grad):
+        qq, kk, vv = ba.with_grad((q, k, v), grad)
+        out = flamia.attn_varlen_func(qq, kk, vv, cu, cu, max_len, max_len, causal=True)
+        return out, (qq, kk, vv), d_o
+    return run
+
+
+def timed_calls(workloads):
+    """(workload, backend, "fwd" or "fwdbwd", the call) for flamia and FA4 on each workload."""
+    for name in workloads:
+        q, k, v, d_o, cu, max_len = ba.make_inputs(ba.all_workloads()[name])
+        runs = {"flamia": flamia_runner(q, k, v, d_o, cu, max_len),
+                "fa4": ba.fa4_runner(q, k, v, d_o, cu, max_len)}
+        for backend, run in runs.items():
+            def step(run=run):
+                out, _, d_o_ = run(True)
+                out.backward(d_o_)
+            yield name, backend, "fwd", lambda run=run: run(False)[0]
+            yield name, backend, "fwdbwd", step
+
+
+def main():
+    mode, workloads, out = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
+    conditions = (CONDITIONS if mode == "conditions" else
+                  (("sustained", float(sys.argv[4]), 0.0),))
+    results = {"mode": mode, "runs": {}}
+    for name, backend, phase, call in timed_calls(workloads):
+        for label, warm_seconds, idle_seconds in conditions:
+            torch.cuda.synchronize()
+            time.sleep(idle_seconds)
+            ba.WARMUP_MIN_SECONDS = warm_seconds
+            key = f"{name}/{backend}/{phase}/{label}"
+            results["runs"][key] = {"ms": round(ba.median_ms(call), 4), "after": gpu_state()}
+            print(key, results["runs"][key], flush=True)
+    Path(out).write_text(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    main()
