@@ -12,7 +12,8 @@ nvidia-cudnn-frontend wheel was carried (scripts/fetch-baseline-wheels), cuDNN's
 kernel on equal-length MHA workloads too, under "fp8_baselines" (not a BF16 baseline). Accuracy against the
 CPU reference of the contract comes from `flamia accuracy` on two query heads. Times are
 medians of calls queued back to back (median_ms), the best of two rounds whose order alternates
-(time_in_rounds), the same for flamia and every baseline; flamia's per-call times on an idle GPU (its host time included) are reported beside them.
+(time_in_rounds), the same for flamia and every baseline; flamia's per-call times on an idle
+GPU (its host time included) are reported beside them.
 
     FLAMIA_LIBRARY=build/libflamia.so PYTHONPATH=python python3 bench/bench_attention.py \
         --json OUT.json [--workloads equal-2k,uniform] [--no-accuracy]
@@ -131,6 +132,14 @@ def time_pair(run, per_call=False):
     return fwd, median_ms(step, per_call=per_call)
 
 
+def run_baseline(name, fn, errors):
+    try:
+        return fn()
+    except Exception as e:  # a baseline that cannot run here is reported, not fatal
+        errors[name] = f"{type(e).__name__}: {e}"[:300]
+        return None
+
+
 def time_in_rounds(runs, rounds):
     """{name: (fwd_ms, fwdbwd_ms)}, each the best of `rounds` measurements by runs[name]()
     (a time_pair), and {name: error} for the runs that raised (a baseline that cannot run a
@@ -146,11 +155,7 @@ def time_in_rounds(runs, rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             if name in errors:
                 continue
-            try:
-                times = runs[name]()
-            except Exception as e:
-                errors[name] = f"{type(e).__name__}: {e}"[:300]
-                continue
+            times = run_baseline(name, runs[name], errors)
             if times is not None:
                 best[name] = tuple(map(min, best[name], times)) if name in best else times
     return best, errors
@@ -384,14 +389,6 @@ def accuracy(w, cli, scale_mode, precision="fp8"):
         return {"error": (proc.stderr or proc.stdout)[-500:], "returncode": proc.returncode}
     result["seconds"] = round(time.time() - start, 1)
     return result
-
-
-def run_baseline(name, fn, errors):
-    try:
-        return fn()
-    except Exception as e:  # a baseline that cannot run here is reported, not fatal
-        errors[name] = f"{type(e).__name__}: {e}"[:300]
-        return None
 
 
 def main():
