@@ -62,7 +62,9 @@ def environment(name, value):
             os.environ[name] = previous
 
 
-WARMUP_MIN_SECONDS = 0.2  # warm-up calls run at least this long (and at least `warmup` calls)
+# Warm-up calls run at least this long (and at least `warmup` calls). 2 s brings the H200 to its
+# power cap first, the state of a training step (--warmup-seconds; tools/probes/power_state.py).
+WARMUP_MIN_SECONDS = 0.2
 
 
 def median_ms(fn, warmup=3, reps=15, per_call=False):
@@ -117,6 +119,17 @@ def make_inputs(w, seed=0):
     cu = torch.zeros(len(lens) + 1, dtype=torch.int32)
     cu[1:] = torch.cumsum(lens, 0)
     return q, k, v, d_o, cu.cuda(), max(w["doc_lens"])
+
+
+def add_warmup_argument(parser):
+    parser.add_argument("--warmup-seconds", type=float, default=WARMUP_MIN_SECONDS,
+                        help="least warm-up before each median (2: the power-capped state of "
+                             "a training step)")
+
+
+def set_warmup(opts):
+    global WARMUP_MIN_SECONDS
+    WARMUP_MIN_SECONDS = opts.warmup_seconds
 
 
 def time_pair(run, per_call=False):
@@ -400,12 +413,15 @@ def main():
     ap.add_argument("--scale-mode", default="exact")
     ap.add_argument("--rounds", type=int, default=2,
                     help="rounds of flamia's and the baselines' timing (best of them)")
+    add_warmup_argument(ap)
     opts = ap.parse_args()
+    set_warmup(opts)
     workloads = json.loads(Path(opts.workloads_file).read_text())["workloads"]
     anchors = json.loads((ROOT / "bench/anchors.json").read_text())["workloads"]
     chosen = [n for n in workloads if not opts.workloads or n in opts.workloads.split(",")]
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
-               "scale_mode": opts.scale_mode, "workloads": {}}
+               "scale_mode": opts.scale_mode, "rounds": opts.rounds,
+               "warmup_seconds": opts.warmup_seconds, "workloads": {}}
     for name in chosen:
         w = workloads[name]
         q, k, v, d_o, cu, max_len = make_inputs(w)

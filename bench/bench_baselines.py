@@ -47,7 +47,9 @@ def main():
                     help="which to time (comma-separated)")
     ap.add_argument("--rounds", type=int, default=2,
                     help="rounds of timing, alternating the order (the best of them)")
+    ba.add_warmup_argument(ap)
     opts = ap.parse_args()
+    ba.set_warmup(opts)
     causal = opts.causal or opts.window > 0
     window = opts.window
     workloads = ba.all_workloads()
@@ -88,7 +90,8 @@ def main():
               {k: v for k, v in rec.items() if k.startswith(("best", "speedup"))}, flush=True)
     Path(opts.json).write_text(json.dumps({"device": torch.cuda.get_device_name(),
                                            "torch": torch.__version__, "causal": causal,
-                                           "sliding_window": window,
+                                           "sliding_window": window, "rounds": opts.rounds,
+                                           "warmup_seconds": opts.warmup_seconds,
                                            "workloads": results}, indent=1))
 
 
