@@ -8,6 +8,8 @@ A benchmark that times a few calls after an idle GPU measures the boost clock in
         calls queued back to back after (a) 2 s idle and 3 warm-up calls, (b) 0.2 s of warm-up,
         (c) 3 s of warm-up, (d) 2 s idle and 3 calls again
     sustained WORKLOADS OUT.json S  the same medians after S seconds of warm-up each
+    energy WORKLOADS OUT.json S     joules per call and mean power: after S seconds of warm-up,
+        NVML's energy counter around at least ENERGY_SECONDS of calls queued back to back
 
 Each with the SM clock, power draw and throttle reasons nvidia-smi reports right after (0x4 =
 the software power cap). Needs FA4_SITE (scripts/fa4-unpack) and FLAMIA_LIBRARY:
@@ -15,6 +17,7 @@ the software power cap). Needs FA4_SITE (scripts/fa4-unpack) and FLAMIA_LIBRARY:
     FA4_SITE=/tmp/fa4site FLAMIA_LIBRARY=build/libflamia.so \\
         python3 tools/probes/power_state.py sustained equal-8k,uniform OUT.json 2
 """
+import ctypes
 import json
 import subprocess
 import sys
@@ -30,6 +33,49 @@ import bench_attention as ba  # noqa: E402
 
 CONDITIONS = (("idle2s_3calls", 0.0, 2.0), ("warm0.2s", 0.2, 0.0), ("warm3s", 3.0, 0.0),
               ("idle2s_3calls_again", 0.0, 2.0))  # (label, warm-up seconds, idle seconds)
+
+
+ENERGY_SECONDS = 2.0  # the energy mode's measured stretch of calls (NVML's counter is coarse)
+
+
+class EnergyCounter:
+    """GPU 0's total energy counter (NVML, millijoules since the driver loaded) through ctypes,
+    so that nothing but the driver is needed."""
+
+    def __init__(self):
+        self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        self.check(self.nvml.nvmlInit_v2(), "nvmlInit_v2")
+        self.handle = ctypes.c_void_p()
+        self.check(self.nvml.nvmlDeviceGetHandleByIndex_v2(0, ctypes.byref(self.handle)),
+                   "nvmlDeviceGetHandleByIndex_v2")
+
+    @staticmethod
+    def check(status, what):
+        if status != 0:
+            raise RuntimeError(f"{what} failed with NVML status {status}")
+
+    def millijoules(self):
+        value = ctypes.c_ulonglong()
+        self.check(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle, ctypes.byref(value)),
+                   "nvmlDeviceGetTotalEnergyConsumption")
+        return value.value
+
+
+def energy_per_call(call, counter, warm_seconds):
+    """{"ms", "joules_per_call", "watts", "calls"}: the median time after the warm-up, then the
+    energy of at least ENERGY_SECONDS of the same calls queued back to back."""
+    ba.WARMUP_MIN_SECONDS = warm_seconds
+    ms = ba.median_ms(call)
+    calls = max(10, int(ENERGY_SECONDS * 1e3 / ms))
+    torch.cuda.synchronize()
+    start_mj, start_s = counter.millijoules(), time.perf_counter()
+    for _ in range(calls):
+        call()
+    torch.cuda.synchronize()
+    joules = (counter.millijoules() - start_mj) / 1e3
+    seconds = time.perf_counter() - start_s
+    return {"ms": round(ms, 4), "joules_per_call": round(joules / calls, 5),
+            "watts": round(joules / seconds, 1), "calls": calls}
 
 
 def gpu_state():
@@ -64,6 +110,16 @@ def timed_calls(workloads):
 
 def main():
     mode, workloads, out = sys.argv[1], sys.argv[2].split(","), sys.argv[3]
+    if mode == "energy":
+        counter, warm_seconds = EnergyCounter(), float(sys.argv[4])
+        results = {"mode": mode, "warm_seconds": warm_seconds, "runs": {}}
+        for name, backend, phase, call in timed_calls(workloads):
+            key = f"{name}/{backend}/{phase}"
+            results["runs"][key] = dict(energy_per_call(call, counter, warm_seconds),
+                                        after=gpu_state())
+            print(key, results["runs"][key], flush=True)
+        Path(out).write_text(json.dumps(results, indent=1))
+        return
     conditions = (CONDITIONS if mode == "conditions" else
                   (("sustained", float(sys.argv[4]), 0.0),))
     results = {"mode": mode, "runs": {}}
