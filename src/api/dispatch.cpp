@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <limits>
 
 #include "api/device_checks.h"
@@ -295,8 +296,10 @@ PackedShape packed_shape(const flamia_problem& p) {
   shape.heads_q = p.heads_q;
   shape.heads_kv = p.heads_kv;
   shape.head_dim = p.head_dim;
-  shape.max_seqlen_q = p.max_seqlen_q;
-  shape.max_seqlen_k = p.max_seqlen_k;
+  // No document is longer than its side's total: a larger max_seqlen (a loose bound a caller
+  // may pass) sizes nothing beyond the totals, and the sizes derived from it stay in range.
+  shape.max_seqlen_q = std::min(p.max_seqlen_q, p.total_q);
+  shape.max_seqlen_k = std::min(p.max_seqlen_k, p.total_k);
   shape.causal = p.causal != 0;
   shape.sliding_window = p.sliding_window;
   return shape;

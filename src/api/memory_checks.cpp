@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <limits>
 
 #include "api/errors.h"
 #include "common/layout.h"
@@ -21,10 +22,10 @@ flamia_status check_stride(int64_t stride, const char* tensor, const char* field
   }
   if (stride % kStrideMultiple != 0) {
     return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
-                "%s: %s.%s (%lld elements = %lld bytes) must be a multiple of %lld elements "
+                "%s: %s.%s (%lld elements = %llu bytes) must be a multiple of %lld elements "
                 "(%zu bytes)",
                 where, tensor, field, static_cast<long long>(stride),
-                static_cast<long long>(stride * kBf16Bytes),
+                static_cast<unsigned long long>(stride) * kBf16Bytes,  // < 2^64: stride > 0
                 static_cast<long long>(kStrideMultiple), kTensorAlignment);
   }
   return FLAMIA_OK;
@@ -44,7 +45,10 @@ bool rows_overlap(const flamia_tensor& t, int tokens, int heads, int head_dim) {
   for (const Dim& dim : dims) {
     if (dim.count <= 1) continue;
     if (dim.stride < covered) return true;
-    covered = dim.stride * dim.count;
+    // stride * count, saturated: past INT64_MAX no later stride can clear it
+    covered = dim.stride > std::numeric_limits<int64_t>::max() / dim.count
+                  ? std::numeric_limits<int64_t>::max()
+                  : dim.stride * dim.count;
   }
   return false;
 }
