@@ -74,7 +74,7 @@ typedef struct flamia_problem {
   int32_t max_seqlen_q;
   int32_t max_seqlen_k;
   float softmax_scale; /* e.g. 1/sqrt(head_dim) */
-  int32_t causal;      /* bottom-right aligned when a document's q and k lengths differ */
+  int32_t causal;      /* each causal document needs equal q and k lengths (else UNSUPPORTED) */
   flamia_scale_mode scale_mode;
   flamia_key_smoothing key_smoothing;
   const float* key_smoothing_vector; /* device, (heads_kv, head_dim) FP32, for SMOOTH_VECTOR */

@@ -27,10 +27,10 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     Every argument after max_seqlen_k is keyword-only: FlashAttention's positional order
     (dropout_p, softmax_scale, causal, ...) would otherwise be misread.
 
-    softmax_scale: default 1/sqrt(head_dim). causal: bottom-right aligned; a causal document
-    must have equal query and key lengths. scale_mode: "exact" (one FP8 scale per token and
-    head: outputs are bitwise independent of later tokens) or "block32" (per document-local
-    32-token block). precision: backward precision, "fp8" (all products in FP8) or
+    softmax_scale: default 1/sqrt(head_dim). causal: a causal document must have equal query
+    and key lengths (FlashAttention's bottom-right alignment of unequal ones is rejected as
+    unsupported). scale_mode: "exact" (one FP8 scale per token and head: outputs are bitwise
+    independent of later tokens) or "block32" (per document-local 32-token block). precision: backward precision, "fp8" (all products in FP8) or
     "fp8-bf16grad" (dP, dQ, dK in BF16: the precision that trained within 1% of BF16 attention
     in the pretraining example, at 0.95-1.19x fp8's forward+backward time; docs/results.md).
     deterministic: bitwise reproducible backward. When a gradient is wanted at precision "fp8",
