@@ -8,6 +8,8 @@
     collect_results.py keep KEY RUN.json --what "..." --command "..." [--results bench/results]
         a bench_baselines.py run -> RESULTS/KEY.json (as is) and h200.json's KEY (flamia's and
         the baselines' ms, the fastest BF16 and the ratios), h200.md rendered again
+    collect_results.py keep-power-state CONDITIONS.json SUSTAINED.json --what "..." --command "..."
+        tools/probes/power_state.py's two runs -> h200.json's power_state, h200.md again
 """
 from __future__ import annotations
 
@@ -192,15 +194,15 @@ def power_state_tables(block: dict) -> list[str]:
             mine, fa4 = ms("flamia", phase), ms("fa4", phase)
             cells += [f"{mine:.3f}", f"{fa4:.3f}", f"{fa4 / mine:.2f}"]
         lines.append(f"| {name} | {' | '.join(cells)} |")
-    lines += ["", "By condition (ms; SM clock and power right after):", "",
-              "| workload / backend / phase | " +
-              " | ".join(label for label, *_ in block["conditions_order"]) + " |",
-              "|---|" + "---|" * len(block["conditions_order"])]
     runs = block["conditions"]["runs"]
+    labels = list(dict.fromkeys(key.rsplit("/", 1)[1] for key in runs))  # in the probe's order
+    lines += ["", "By condition (ms; SM clock and power right after):", "",
+              "| workload / backend / phase | " + " | ".join(labels) + " |",
+              "|---|" + "---|" * len(labels)]
     rows = dict.fromkeys(key.rsplit("/", 1)[0] for key in runs)
     for row in rows:
         cells = []
-        for label, *_ in block["conditions_order"]:
+        for label in labels:
             r = runs[f"{row}/{label}"]
             clock_power = ", ".join(r["after"].split(", ")[:2])
             cells.append(f"{r['ms']:.3f} ({clock_power})")
@@ -292,11 +294,30 @@ def keep_baselines_run(key: str, run_file: Path, what: str, command: str, dest: 
     print(f"kept {run_file} as {kept} and h200.json's {key}")
 
 
+def keep_power_state(conditions_file: Path, sustained_file: Path, what: str, command: str,
+                     dest: Path) -> None:
+    """tools/probes/power_state.py's conditions and sustained runs -> h200.json's power_state
+    (copied as RESULTS/power_state_{conditions,sustained}.json)."""
+    results = json.loads((dest / "h200.json").read_text())
+    block = {"what": what, "command": command, "files": []}
+    for part, source in (("conditions", conditions_file), ("sustained", sustained_file)):
+        block[part] = json.loads(source.read_text())
+        kept = dest / f"power_state_{part}.json"
+        kept.write_text(json.dumps(block[part], indent=1))
+        block["files"].append(str(kept))
+    results["power_state"] = block
+    (dest / "h200.json").write_text(json.dumps(results, indent=1))
+    (dest / "h200.md").write_text(markdown(results))
+    print(f"kept the power-state runs as {block['files']} and h200.json's power_state")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["tests", "merge", "keep"])
-    ap.add_argument("out", help="OUT (tests, merge) or the KEY to keep a run under (keep)")
-    ap.add_argument("run", nargs="?", help="keep: the bench_baselines.py JSON")
+    ap.add_argument("what", choices=["tests", "merge", "keep", "keep-power-state"])
+    ap.add_argument("out", help="OUT (tests, merge), the KEY to keep a run under (keep), or "
+                                "the conditions run (keep-power-state)")
+    ap.add_argument("run", nargs="?", help="keep: the bench_baselines.py JSON; "
+                                           "keep-power-state: the sustained run")
     ap.add_argument("--commit", default="")
     ap.add_argument("--command", default="")
     ap.add_argument("--what", dest="description", default="", help="keep: what the run is")
@@ -306,6 +327,11 @@ def main():
         if not a.run:
             ap.error("keep needs KEY and the run's JSON")
         keep_baselines_run(a.out, Path(a.run), a.description, a.command, Path(a.results))
+        return
+    if a.what == "keep-power-state":
+        if not a.run:
+            ap.error("keep-power-state needs the conditions run and the sustained run")
+        keep_power_state(Path(a.out), Path(a.run), a.description, a.command, Path(a.results))
         return
     out = Path(a.out)
     if a.what == "tests":

@@ -244,3 +244,32 @@ def test_time_in_rounds_alternates_order_and_keeps_the_best():
     assert best == {"a": (1.5, 8.0), "c": (4.0, 4.0)}
     assert errors == {"broken": "ValueError: no kernel for this shape"}
     assert calls == ["a", "broken", "absent", "c", "c", "absent", "a", "a", "absent", "c"]
+
+
+def test_collect_results_keeps_and_renders_the_power_state(tmp_path):
+    """collect_results.py keep-power-state: tools/probes/power_state.py's two runs go under
+    h200.json's power_state and render as the sustained table (x = FA4 / flamia) and the
+    by-condition table, conditions in the probe's order."""
+    after = "1965 MHz, 689.11 W, 0x0000000000000004"
+    conditions = {"mode": "conditions", "runs": {
+        f"w/{b}/{phase}/{label}": {"ms": ms, "after": after}
+        for b, base in (("flamia", 2.0), ("fa4", 1.0))
+        for phase in ("fwd", "fwdbwd")
+        for label, ms in (("idle", base), ("warm", base * 1.5))}}
+    sustained = {"mode": "sustained", "runs": {
+        f"w/{b}/{phase}/sustained": {"ms": ms, "after": after}
+        for b, ms in (("flamia", 2.0), ("fa4", 1.6)) for phase in ("fwd", "fwdbwd")}}
+    (tmp_path / "c.json").write_text(json.dumps(conditions))
+    (tmp_path / "s.json").write_text(json.dumps(sustained))
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "h200.json").write_text(json.dumps({"commit": "c"}))
+    run(str(SCRIPTS / "collect_results.py"), "keep-power-state", str(tmp_path / "c.json"),
+        str(tmp_path / "s.json"), "--what", "a test.", "--command", "probe", "--results",
+        str(results))
+    block = json.loads((results / "h200.json").read_text())["power_state"]
+    assert block["sustained"] == sustained and block["conditions"] == conditions
+    table = (results / "h200.md").read_text()
+    assert "| w | 2.000 | 1.600 | 0.80 | 2.000 | 1.600 | 0.80 |" in table
+    assert "| workload / backend / phase | idle | warm |" in table
+    assert "| w/fa4/fwd | 1.000 (1965 MHz, 689.11 W) | 1.500 (1965 MHz, 689.11 W) |" in table
