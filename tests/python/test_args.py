@@ -219,3 +219,56 @@ def test_explain_checks_arguments_first():
     args = base_args()
     with pytest.raises(ValueError, match="scale_mode='mx'"):
         flamia.explain(*args.values(), scale_mode="mx")
+
+
+# Values that sit on or across what the front checks, per argument (meta tensors).
+FUZZ_VALUES = {
+    "q": lambda: _t(TOTAL, HEADS_Q, HEAD_DIM, dtype=torch.float16),
+    "k": lambda: _t(TOTAL, HEADS_KV + 1, HEAD_DIM),
+    "v": lambda: _t(TOTAL - 1, HEADS_KV, HEAD_DIM),
+    "cu_seqlens_q": lambda: _t(3, dtype=torch.int32),
+    "cu_seqlens_k": lambda: _t(4, dtype=torch.int64),
+    "max_seqlen_q": lambda: 0,
+    "max_seqlen_k": lambda: 2**40,
+}
+FUZZ_KWARGS = {
+    "causal": (True, False, 1, None),
+    "softmax_scale": (None, 0.1, -1.0, math.nan, "x", 1e30),
+    "window_size": ((-1, -1), (-1, 0), (0, 0), (127, 0), (5, 5), (3,), None, (-2, -3)),
+    "scale_mode": ("exact", "block32", "mx", None),
+    "precision": ("fp8", "fp8-bf16grad", "bf16"),
+    "deterministic": (True, False, 0),
+    "key_smoothing": (None, "none", "first_key", "vector", 3),
+    "dropout_p": (0.0, 0.5, -0.1),
+    "softcap": (0.0, 1.0),
+    "return_lse": (True, False),
+}
+
+
+def test_random_calls_return_outputs_or_name_the_bad_argument():
+    """Random combinations of FlashAttention-style options and broken arguments: every call
+    either returns outputs of the documented shapes or raises TypeError / ValueError with a
+    message naming an argument, never another exception, and never reaches the library (the
+    fixture). The seed is printed on failure."""
+    import random
+
+    seed = random.SystemRandom().randrange(2**32)
+    rng = random.Random(seed)
+    outcomes = {"returned": 0, "refused": 0}
+    names = list(FUZZ_VALUES) + list(FUZZ_KWARGS)
+    for case in range(2000):
+        overrides = {n: FUZZ_VALUES[n]() for n in FUZZ_VALUES if rng.random() < 0.08}
+        kwargs = {n: rng.choice(v) for n, v in FUZZ_KWARGS.items() if rng.random() < 0.5}
+        context = f"seed {seed}, case {case}: overrides {sorted(overrides)}, kwargs {kwargs}"
+        try:
+            result = call(overrides, **kwargs)
+        except (TypeError, ValueError) as e:
+            assert any(n in str(e) for n in names), f"{context}: {e}"
+            outcomes["refused"] += 1
+            continue
+        out, lse = result if kwargs.get("return_lse") else (result, None)
+        assert out.shape == (TOTAL, HEADS_Q, HEAD_DIM) and out.dtype == BF16, context
+        if lse is not None:
+            assert lse.shape == (HEADS_Q, TOTAL) and lse.dtype == torch.float32, context
+        outcomes["returned"] += 1
+    assert outcomes["returned"] > 50 and outcomes["refused"] > 50, (seed, outcomes)
