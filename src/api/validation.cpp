@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 #include "api/dispatch.h"
 #include "api/errors.h"
@@ -26,6 +27,11 @@ constexpr size_t kSeqlensAlignment = alignof(int32_t);
 constexpr int kCandidateHeadDims[] = {64, 128, 256};
 constexpr int kHeadDimNotYetImplemented = 256;
 constexpr int kSoftmaxStatsPerRow = 2;  // {M, l}
+// Documents per call: the backward's packed runs index documents times 128 below its 2^30
+// sentinels (packed_runs.h), and the schedules' loops step over batch in 32-bit counters.
+constexpr int32_t kMaxBatch = 1 << 23;
+// Tokens per side: padded to whole tiles (up to 256 more) the counts stay 32-bit.
+constexpr int32_t kMaxTotalTokens = std::numeric_limits<int32_t>::max() - 256;
 
 // The raw value of a C enum field: a C caller can store any int there, and C++ may assume an
 // enum holds only its enumerators' range, so read the bytes instead of comparing the enum.
@@ -43,15 +49,26 @@ flamia_status invalid(const char* where, const char* field, int value, const cha
 
 flamia_status check_sizes(const flamia_problem& p, const char* where) {
   if (p.batch < 1) return invalid(where, "problem.batch", p.batch, "must be at least 1");
-  if (p.batch == std::numeric_limits<int32_t>::max()) {
-    return invalid(where, "problem.batch", p.batch,
-                   "is too large: cu_seqlens hold batch + 1 int32 entries");
+  if (p.batch > kMaxBatch) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: problem.batch (%d) is above the %d documents one call supports (the "
+                "kernels' packed document indices); split the batch",
+                where, p.batch, kMaxBatch);
   }
   if (p.total_q < 0) {
     return invalid(where, "problem.total_q", p.total_q, "must not be negative (0: no queries)");
   }
   if (p.total_k < 0) {
     return invalid(where, "problem.total_k", p.total_k, "must not be negative (0: no keys)");
+  }
+  for (const auto& [field, total] :
+       {std::pair{"problem.total_q", p.total_q}, std::pair{"problem.total_k", p.total_k}}) {
+    if (total > kMaxTotalTokens) {
+      return fail(FLAMIA_ERROR_UNSUPPORTED,
+                  "%s: %s (%d) is above the %d tokens one call supports (token counts padded to "
+                  "whole tiles stay 32-bit)",
+                  where, field, total, kMaxTotalTokens);
+    }
   }
   if (p.heads_q < 1) return invalid(where, "problem.heads_q", p.heads_q, "must be at least 1");
   if (p.heads_kv < 1) return invalid(where, "problem.heads_kv", p.heads_kv, "must be at least 1");
@@ -325,6 +342,15 @@ flamia_status validate_backward_problem(const flamia_backward_args& a, const cha
     status = check_head_dim_supported(p.head_dim, backward_supports_head_dim, "backward", where);
   }
   if (status == FLAMIA_OK) status = check_causal_totals(p, where);
+  if (status == FLAMIA_OK) {
+    if (const char* limit = backward_launch_limit(packed_shape(p))) {
+      return fail(FLAMIA_ERROR_UNSUPPORTED,
+                  "%s: the backward cannot launch this problem (batch %d, max_seqlen_k %d, "
+                  "heads_kv %d): %s; pass the longest document's length as max_seqlen_k, or "
+                  "split the batch",
+                  where, p.batch, p.max_seqlen_k, p.heads_kv, limit);
+    }
+  }
   return status;
 }
 

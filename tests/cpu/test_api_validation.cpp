@@ -79,8 +79,27 @@ std::vector<Case<Setup>> problem_cases() {
        {"problem.batch (-3)"}},
       {"BatchTooLarge",
        problem([](flamia_problem& p) { p.batch = std::numeric_limits<int32_t>::max(); }),
-       FLAMIA_ERROR_INVALID_ARGUMENT,
-       {"problem.batch", "batch + 1"}},
+       FLAMIA_ERROR_UNSUPPORTED,
+       {"problem.batch (2147483647)", "split the batch"}},
+      {"BatchAboveDocumentLimit",
+       problem([](flamia_problem& p) { p.batch = (1 << 23) + 1; }),
+       FLAMIA_ERROR_UNSUPPORTED,
+       {"problem.batch (8388609)", "8388608 documents"}},
+      {"TotalKAboveTokenLimit",
+       problem([](flamia_problem& p) {
+         p.total_q = p.total_k = std::numeric_limits<int32_t>::max() - 255;
+       }),
+       FLAMIA_ERROR_UNSUPPORTED,
+       {"problem.total_q (2147483392)", "2147483391 tokens"}},
+      {"TotalsAtTokenLimitAccepted",  // the limit itself is valid: the workspace fails next
+       [](Setup& s) {
+         s.args.problem.total_q = s.args.problem.total_k =
+             std::numeric_limits<int32_t>::max() - 256;
+         s.args.problem.max_seqlen_q = s.args.problem.max_seqlen_k = 113;
+         s.args.workspace = nullptr;
+       },
+       FLAMIA_ERROR_WORKSPACE,
+       {"workspace"}},
       {"TotalQNegative",
        problem([](flamia_problem& p) { p.total_q = -1; }),
        FLAMIA_ERROR_INVALID_ARGUMENT,
@@ -486,6 +505,17 @@ std::vector<BackwardCase> backward_cases() {
       {"q", "k", "v", "o", "d_o", "dq", "dk", "dv"}, {"dq", "dk", "dv"});
   cases.insert(cases.end(), tensors.begin(), tensors.end());
   const std::vector<BackwardCase> specific = {
+      // One document of 2M keys among 300,000: document x key tiles per document passes 2^31
+      // (the forward has no such limit).
+      {"LaunchOrderBeyond32Bits",
+       [](BackwardSetup& s) {
+         s.args.problem.batch = 300000;
+         s.args.problem.total_q = s.args.problem.total_k = 2000000;
+         s.args.problem.max_seqlen_q = s.args.problem.max_seqlen_k = 2000000;
+       },
+       FLAMIA_ERROR_UNSUPPORTED,
+       {"the backward cannot launch this problem (batch 300000, max_seqlen_k 2000000",
+        "launch-order entries", "split the batch"}},
       {"PrecisionInvalid",
        [](BackwardSetup& s) { set_raw_enum(s.args.precision, 5); },
        FLAMIA_ERROR_INVALID_ARGUMENT,

@@ -37,6 +37,10 @@ size_t backward_scratch_bytes(const PackedShape& shape, bool deterministic);
 float* backward_dq_buffer(void* scratch);
 int backward_dq_row_floats(int head_dim);
 bool backward_supports_head_dim(int head_dim);
+// Why the backward cannot launch `shape` (nullptr: it can): its launch-order entries
+// (document * key tiles per document + tile) and its grid (key tile slots x KV heads CTAs) are
+// 32-bit.
+const char* backward_launch_limit(const PackedShape& shape);
 cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream);
 
 }  // namespace flamia

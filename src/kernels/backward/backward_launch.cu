@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
 
 #include "common/fp8_numerics.h"
 #include "common/layout.h"
@@ -44,6 +45,22 @@ int key_tiles_per_doc(const PackedShape& s) {
 int key_tile_slots(const PackedShape& s) {
   return backward::key_tiles_bound(s.batch, s.total_k, key_tiles_per_doc(s));
 }
+
+}  // namespace
+
+const char* backward_launch_limit(const PackedShape& s) {
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  if (int64_t(s.batch) * key_tiles_per_doc(s) > kInt32Max) {
+    return "batch x key tiles per document (max_seqlen_k / 128) must stay below 2^31, the "
+           "range of the backward's launch-order entries";
+  }
+  if (int64_t(key_tile_slots(s)) * s.heads_kv > kInt32Max) {
+    return "its key tiles x heads_kv must stay below 2^31 CTAs";
+  }
+  return nullptr;
+}
+
+namespace {
 
 // Whether runs of short documents share CTAs (packed_runs.h): the FP8 paths only, whose
 // per-query factors come from the pre-pass (row_factors.cu, which writes the packed indices).
