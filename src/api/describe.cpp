@@ -76,6 +76,8 @@ extern "C" const char* flamia_describe_forward(const flamia_forward_args* args) 
   }
   static const Descriptions descriptions;
   // Validated: the enums hold their enumerators' values.
-  const int causal = p.sliding_window > 0 ? 2 : p.causal;  // a window is causal (validated)
+  // A window is causal (validated); one at least as long as every document runs as none
+  // (packed_shape).
+  const int causal = flamia::api::packed_shape(p).sliding_window > 0 ? 2 : p.causal;
   return descriptions.text[d][p.scale_mode][causal][p.key_smoothing][quantize_path(*args)];
 }

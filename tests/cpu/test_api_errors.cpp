@@ -2,6 +2,7 @@
 // of flamia_check_device_status, on the CPU.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 #include <string>
 #include <thread>
@@ -42,6 +43,22 @@ TEST(ApiErrors, LastErrorIsPerThread) {
   EXPECT_EQ(other_before, "");
   EXPECT_TRUE(contains(other_after.c_str(), "flamia_backward: args is NULL"));
   EXPECT_TRUE(contains(flamia_last_error_message(), "flamia_forward: args is NULL"));
+}
+
+// A window shorter than the longest document runs the windowed kernels; one at least as long
+// as every document is no window (numerics §4.3) and runs the causal ones, however large.
+TEST(ApiErrors, DescribeRunsLongWindowsAsCausal) {
+  ForwardSetup setup;  // max_seqlen_k 113
+  for (const int32_t window : {1, 8, 112}) {
+    setup.args.problem.sliding_window = window;
+    EXPECT_TRUE(contains(flamia_describe_forward(&setup.args), "sliding window")) << window;
+  }
+  for (const int32_t window : {113, 114, std::numeric_limits<int32_t>::max()}) {
+    setup.args.problem.sliding_window = window;
+    const std::string text = flamia_describe_forward(&setup.args);
+    EXPECT_FALSE(contains(text.c_str(), "sliding window")) << window << ": " << text;
+    EXPECT_TRUE(contains(text.c_str(), "causal")) << window << ": " << text;
+  }
 }
 
 TEST(ApiErrors, DescribeNamesThePath) {
