@@ -65,8 +65,8 @@ typedef struct flamia_problem {
   const int32_t* cu_seqlens_k;      /* device, batch + 1 entries */
   const int32_t* host_cu_seqlens_q; /* optional host copies: checked on the host when given */
   const int32_t* host_cu_seqlens_k;
-  int32_t batch;
-  int32_t total_q;
+  int32_t batch;   /* documents, 1 .. 2^23 */
+  int32_t total_q; /* tokens, 0 .. 2^31 - 257 (likewise total_k) */
   int32_t total_k;
   int32_t heads_q;
   int32_t heads_kv; /* heads_q must be a multiple (GQA/MQA) */
@@ -80,7 +80,8 @@ typedef struct flamia_problem {
   const float* key_smoothing_vector; /* device, (heads_kv, head_dim) FP32, for SMOOTH_VECTOR */
   /* Sliding window, causal only: 0 = none (zero-initialised problems have none); W >= 1: query
    * i sees the W keys of its document at local positions [i - W + 1, i] (those that exist).
-   * FlashAttention's window_size = (left, 0) is W = left + 1. */
+   * FlashAttention's window_size = (left, 0) is W = left + 1. W >= max_seqlen_k is no window
+   * (the same results) and runs as none. */
   int32_t sliding_window;
 } flamia_problem;
 
