@@ -127,9 +127,9 @@ def add_warmup_argument(parser):
                              "a training step)")
 
 
-def set_warmup(opts):
+def set_warmup(seconds):
     global WARMUP_MIN_SECONDS
-    WARMUP_MIN_SECONDS = opts.warmup_seconds
+    WARMUP_MIN_SECONDS = seconds
 
 
 def time_pair(run, per_call=False):
@@ -178,8 +178,8 @@ def with_grad(tensors, requires_grad):
     return [t.detach().requires_grad_(requires_grad) for t in tensors]
 
 
-def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, per_call=False, causal=True,
-                 **options):
+def flamia_runner(q, k, v, d_o, cu, max_len, scale_mode="exact", causal=True, **options):
+    """run(grad) of flamia's varlen call on the packed documents."""
     import flamia
 
     def run(grad):
@@ -188,7 +188,13 @@ def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, per_call=False, causal=T
                                       scale_mode=scale_mode, **options)
         return out, (qq, kk, vv), d_o
 
-    return time_pair(run, per_call)
+    return run
+
+
+def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, per_call=False, causal=True,
+                 **options):
+    return time_pair(flamia_runner(q, k, v, d_o, cu, max_len, scale_mode, causal, **options),
+                     per_call)
 
 
 def training_forward_ms(q, k, v, cu, max_len, scale_mode):
@@ -415,7 +421,7 @@ def main():
                     help="rounds of flamia's and the baselines' timing (best of them)")
     add_warmup_argument(ap)
     opts = ap.parse_args()
-    set_warmup(opts)
+    set_warmup(opts.warmup_seconds)
     workloads = json.loads(Path(opts.workloads_file).read_text())["workloads"]
     anchors = json.loads((ROOT / "bench/anchors.json").read_text())["workloads"]
     chosen = [n for n in workloads if not opts.workloads or n in opts.workloads.split(",")]

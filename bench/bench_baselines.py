@@ -49,7 +49,7 @@ def main():
                     help="rounds of timing, alternating the order (the best of them)")
     ba.add_warmup_argument(ap)
     opts = ap.parse_args()
-    ba.set_warmup(opts)
+    ba.set_warmup(opts.warmup_seconds)
     causal = opts.causal or opts.window > 0
     window = opts.window
     workloads = ba.all_workloads()

@@ -268,6 +268,12 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_results(dest: Path, results: dict) -> None:
+    """RESULTS/h200.json and its rendering h200.md."""
+    (dest / "h200.json").write_text(json.dumps(results, indent=1))
+    (dest / "h200.md").write_text(markdown(results))
+
+
 def baselines_block(run: dict, what: str, command: str, file: str) -> dict:
     """h200.json's record of a bench_baselines.py run (what baselines_table renders)."""
     workloads = {}
@@ -289,8 +295,7 @@ def keep_baselines_run(key: str, run_file: Path, what: str, command: str, dest: 
     kept.write_text(json.dumps(run, indent=1))
     results = json.loads((dest / "h200.json").read_text())
     results[key] = baselines_block(run, what, command, str(kept))
-    (dest / "h200.json").write_text(json.dumps(results, indent=1))
-    (dest / "h200.md").write_text(markdown(results))
+    write_results(dest, results)
     print(f"kept {run_file} as {kept} and h200.json's {key}")
 
 
@@ -306,8 +311,7 @@ def keep_power_state(conditions_file: Path, sustained_file: Path, what: str, com
         kept.write_text(json.dumps(block[part], indent=1))
         block["files"].append(str(kept))
     results["power_state"] = block
-    (dest / "h200.json").write_text(json.dumps(results, indent=1))
-    (dest / "h200.md").write_text(markdown(results))
+    write_results(dest, results)
     print(f"kept the power-state runs as {block['files']} and h200.json's power_state")
 
 
@@ -367,8 +371,7 @@ def main():
         for key, value in json.loads(previous.read_text()).items():
             if key not in results and key not in ("commit_note", "measured_per_shape"):
                 results[key] = value
-    (dest / "h200.json").write_text(json.dumps(results, indent=1))
-    (dest / "h200.md").write_text(markdown(results))
+    write_results(dest, results)
     print(f"wrote {dest / 'h200.json'} and {dest / 'h200.md'}")
 
 

@@ -64,7 +64,7 @@ class EnergyCounter:
 def energy_per_call(call, counter, warm_seconds):
     """{"ms", "joules_per_call", "watts", "calls"}: the median time after the warm-up, then the
     energy of at least ENERGY_SECONDS of the same calls queued back to back."""
-    ba.WARMUP_MIN_SECONDS = warm_seconds
+    ba.set_warmup(warm_seconds)
     ms = ba.median_ms(call)
     calls = max(10, int(ENERGY_SECONDS * 1e3 / ms))
     torch.cuda.synchronize()
@@ -84,21 +84,11 @@ def gpu_state():
                           capture_output=True, text=True).stdout.strip()
 
 
-def flamia_runner(q, k, v, d_o, cu, max_len):
-    import flamia
-
-    def run(grad):
-        qq, kk, vv = ba.with_grad((q, k, v), grad)
-        out = flamia.attn_varlen_func(qq, kk, vv, cu, cu, max_len, max_len, causal=True)
-        return out, (qq, kk, vv), d_o
-    return run
-
-
 def timed_calls(workloads):
     """(workload, backend, "fwd" or "fwdbwd", the call) for flamia and FA4 on each workload."""
     for name in workloads:
         q, k, v, d_o, cu, max_len = ba.make_inputs(ba.all_workloads()[name])
-        runs = {"flamia": flamia_runner(q, k, v, d_o, cu, max_len),
+        runs = {"flamia": ba.flamia_runner(q, k, v, d_o, cu, max_len),
                 "fa4": ba.fa4_runner(q, k, v, d_o, cu, max_len)}
         for backend, run in runs.items():
             def step(run=run):
@@ -127,7 +117,7 @@ def main():
         for label, warm_seconds, idle_seconds in conditions:
             torch.cuda.synchronize()
             time.sleep(idle_seconds)
-            ba.WARMUP_MIN_SECONDS = warm_seconds
+            ba.set_warmup(warm_seconds)
             key = f"{name}/{backend}/{phase}/{label}"
             results["runs"][key] = {"ms": round(ba.median_ms(call), 4), "after": gpu_state()}
             print(key, results["runs"][key], flush=True)
