@@ -10,6 +10,8 @@
         the baselines' ms, the fastest BF16 and the ratios), h200.md rendered again
     collect_results.py keep-power-state CONDITIONS.json SUSTAINED.json --what "..." --command "..."
         tools/probes/power_state.py's two runs -> h200.json's power_state, h200.md again
+    collect_results.py keep-energy ENERGY.json --what "..." --command "..."
+        tools/probes/power_state.py's energy run -> h200.json's power_state.energy, h200.md again
 """
 from __future__ import annotations
 
@@ -210,6 +212,23 @@ def power_state_tables(block: dict) -> list[str]:
     return lines
 
 
+def energy_table(block: dict) -> list[str]:
+    """power_state.energy (tools/probes/power_state.py energy): joules per call against
+    FlashAttention-4, both in the sustained state."""
+    runs = block["runs"]
+    lines = ["", f"{block['what']} Command: `{block['command']}`.", "",
+             "| workload | phase | flamia J | FA4 J | flamia / FA4 | flamia ms, W | FA4 ms, W |",
+             "|---|---|---|---|---|---|---|"]
+    for name in dict.fromkeys(key.split("/")[0] for key in runs):
+        for phase in ("fwd", "fwdbwd"):
+            mine, fa4 = runs[f"{name}/flamia/{phase}"], runs[f"{name}/fa4/{phase}"]
+            lines.append(f"| {name} | {phase} | {mine['joules_per_call']:.3f} | "
+                         f"{fa4['joules_per_call']:.3f} | "
+                         f"{mine['joules_per_call'] / fa4['joules_per_call']:.2f} | "
+                         f"{mine['ms']:.3f}, {mine['watts']:.0f} | {fa4['ms']:.3f}, {fa4['watts']:.0f} |")
+    return lines
+
+
 def markdown(results: dict) -> str:
     lines = [f"# flamia on {results.get('device', 'H200')}", "",
              f"Commit `{results.get('commit', '?')}`; command: `{results.get('command', '')}`.", ""]
@@ -265,6 +284,8 @@ def markdown(results: dict) -> str:
     if results.get("power_state"):
         lines += ["", "## Power state: sustained load against a few calls after idle"]
         lines += power_state_tables(results["power_state"])
+        if results["power_state"].get("energy"):
+            lines += energy_table(results["power_state"]["energy"])
     return "\n".join(lines) + "\n"
 
 
@@ -315,11 +336,24 @@ def keep_power_state(conditions_file: Path, sustained_file: Path, what: str, com
     print(f"kept the power-state runs as {block['files']} and h200.json's power_state")
 
 
+def keep_energy(energy_file: Path, what: str, command: str, dest: Path) -> None:
+    """tools/probes/power_state.py's energy run -> h200.json's power_state.energy (copied as
+    RESULTS/power_state_energy.json)."""
+    results = json.loads((dest / "h200.json").read_text())
+    run = json.loads(energy_file.read_text())
+    kept = dest / "power_state_energy.json"
+    kept.write_text(json.dumps(run, indent=1))
+    results.setdefault("power_state", {})["energy"] = {"what": what, "command": command,
+                                                       "file": str(kept), **run}
+    write_results(dest, results)
+    print(f"kept the energy run as {kept} and h200.json's power_state.energy")
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["tests", "merge", "keep", "keep-power-state"])
+    ap.add_argument("what", choices=["tests", "merge", "keep", "keep-power-state", "keep-energy"])
     ap.add_argument("out", help="OUT (tests, merge), the KEY to keep a run under (keep), or "
-                                "the conditions run (keep-power-state)")
+                                "the conditions run (keep-power-state), or the energy run (keep-energy)")
     ap.add_argument("run", nargs="?", help="keep: the bench_baselines.py JSON; "
                                            "keep-power-state: the sustained run")
     ap.add_argument("--commit", default="")
@@ -336,6 +370,9 @@ def main():
         if not a.run:
             ap.error("keep-power-state needs the conditions run and the sustained run")
         keep_power_state(Path(a.out), Path(a.run), a.description, a.command, Path(a.results))
+        return
+    if a.what == "keep-energy":
+        keep_energy(Path(a.out), a.description, a.command, Path(a.results))
         return
     out = Path(a.out)
     if a.what == "tests":
