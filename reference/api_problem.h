@@ -20,9 +20,11 @@ inline int longest_document(const std::vector<int32_t>& cu) {
 
 // Every field of `p`, with the host copies of cu_seqlens set so that the host checks them too.
 // cu_q / cu_k: the device copies; smoothing_vector: the device copy of p.smoothing_vector (for
-// KeySmoothing::kVector).
+// KeySmoothing::kVector); static_exponents: the device copy of p.static_key_exponents followed
+// by p.static_value_exponents (ScaleMode::kStatic).
 inline flamia_problem api_problem(const Problem& p, const int32_t* cu_q, const int32_t* cu_k,
-                                  const float* smoothing_vector = nullptr) {
+                                  const float* smoothing_vector = nullptr,
+                                  const int8_t* static_exponents = nullptr) {
   flamia_problem problem;
   std::memset(&problem, 0, sizeof(problem));
   problem.cu_seqlens_q = cu_q;
@@ -40,8 +42,13 @@ inline flamia_problem api_problem(const Problem& p, const int32_t* cu_q, const i
   problem.softmax_scale = p.softmax_scale;
   problem.causal = p.causal ? 1 : 0;
   problem.sliding_window = p.sliding_window;
-  problem.scale_mode =
-      p.scale_mode == ScaleMode::kExact ? FLAMIA_SCALE_EXACT : FLAMIA_SCALE_BLOCK32;
+  problem.scale_mode = p.scale_mode == ScaleMode::kExact     ? FLAMIA_SCALE_EXACT
+                       : p.scale_mode == ScaleMode::kBlock32 ? FLAMIA_SCALE_BLOCK32
+                                                             : FLAMIA_SCALE_STATIC;
+  if (p.scale_mode == ScaleMode::kStatic && static_exponents != nullptr) {
+    problem.static_key_exponents = static_exponents;
+    problem.static_value_exponents = static_exponents + p.heads_kv;
+  }
   problem.key_smoothing = p.key_smoothing == KeySmoothing::kNone       ? FLAMIA_SMOOTH_NONE
                           : p.key_smoothing == KeySmoothing::kFirstKey ? FLAMIA_SMOOTH_FIRST_KEY
                                                                        : FLAMIA_SMOOTH_VECTOR;

@@ -28,6 +28,9 @@ struct Problem {
   ScaleMode scale_mode = ScaleMode::kExact;
   KeySmoothing key_smoothing = KeySmoothing::kNone;
   std::vector<float> smoothing_vector;  // [heads_kv][head_dim] FP32, for KeySmoothing::kVector
+  // ScaleMode::kStatic: K̂'s and V̂'s exponent per KV head (numerics §2), heads_kv each.
+  std::vector<int8_t> static_key_exponents;
+  std::vector<int8_t> static_value_exponents;
 
   int batch() const { return int(cu_seqlens_q.size()) - 1; }
   int total_q() const { return cu_seqlens_q.back(); }

@@ -29,8 +29,8 @@ void ScoreOperands::logits(int h, int i, int k_begin, int n, float* t) const {
   for (int jj = 0; jj < n; ++jj) {
     const int j = k_begin + jj;
     const double s = dot_product(q_row, &k[(size_t(g) * p.total_k() + j) * dim], dim);
-    const float column = float(s) * exp2_int(ops.k.exponent(j, g));
-    t[jj] = std::fma(column, row_factor, float(ops.v.exponent(j, g)));
+    const float factor = row_factor * exp2_int(ops.k.exponent(j, g));  // FP32, rounded once
+    t[jj] = std::fma(float(s), factor, float(ops.v.exponent(j, g)));
   }
 }
 

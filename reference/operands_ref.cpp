@@ -46,10 +46,17 @@ ForwardOperandsRef quantize_forward_operands(const Problem& p, const Inputs& in,
   ForwardOperandsRef ops;
   ops.q = quantize([&](int t, int h, int d) { return in.q.at(t, h, d); }, p.total_q(), p.heads_q,
                    dim, q_blocks, hooks.scale_rule);
-  ops.k = quantize([&](int t, int g, int d) { return in.k.at(t, g, d) - smoothing(t, g, d); },
-                   p.total_k(), p.heads_kv, dim, k_blocks, hooks.scale_rule);
-  ops.v = quantize([&](int t, int g, int d) { return in.v.at(t, g, d); }, p.total_k(), p.heads_kv,
-                   dim, k_blocks, hooks.scale_rule);
+  const ElementSource k_source = [&](int t, int g, int d) {
+    return in.k.at(t, g, d) - smoothing(t, g, d);
+  };
+  const ElementSource v_source = [&](int t, int g, int d) { return in.v.at(t, g, d); };
+  if (p.scale_mode == ScaleMode::kStatic) {
+    ops.k = quantize_static(k_source, p.total_k(), p.heads_kv, dim, p.static_key_exponents);
+    ops.v = quantize_static(v_source, p.total_k(), p.heads_kv, dim, p.static_value_exponents);
+  } else {
+    ops.k = quantize(k_source, p.total_k(), p.heads_kv, dim, k_blocks, hooks.scale_rule);
+    ops.v = quantize(v_source, p.total_k(), p.heads_kv, dim, k_blocks, hooks.scale_rule);
+  }
   ops.v_t = token_major(ops.v, /*permuted=*/true);
 
   if (p.key_smoothing != KeySmoothing::kNone) {

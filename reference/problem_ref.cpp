@@ -57,6 +57,10 @@ void validate(const Problem& p) {
   }
   check(p.sliding_window >= 0, "sliding_window must not be negative");
   check(p.sliding_window == 0 || p.causal, "a sliding window needs causal documents");
+  if (p.scale_mode == ScaleMode::kStatic)
+    check(p.static_key_exponents.size() == size_t(p.heads_kv) &&
+              p.static_value_exponents.size() == size_t(p.heads_kv),
+          "scale_mode = static needs heads_kv key and value exponents");
   if (p.key_smoothing == KeySmoothing::kVector)
     check(p.smoothing_vector.size() == size_t(p.heads_kv) * p.head_dim,
           "key_smoothing = vector needs heads_kv * head_dim values");

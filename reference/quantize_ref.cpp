@@ -6,7 +6,7 @@
 namespace flamia::ref {
 
 std::vector<TokenBlock> scale_blocks(const std::vector<int32_t>& cu_seqlens, ScaleMode mode) {
-  const int size = mode == ScaleMode::kExact ? 1 : kBlock32Tokens;
+  const int size = mode == ScaleMode::kBlock32 ? kBlock32Tokens : 1;  // kStatic: Q per token
   std::vector<TokenBlock> blocks;
   for (size_t b = 0; b + 1 < cu_seqlens.size(); ++b)
     for (int t = cu_seqlens[b]; t < cu_seqlens[b + 1]; t += size)
@@ -48,6 +48,25 @@ Fp8Tensor quantize(const ElementSource& source, int tokens, int heads, int dim,
         for (int d = 0; d < dim; ++d)
           out.values[(size_t(t) * heads + h) * dim + d] = quantize_e4m3(source(t, h, d), e);
       }
+    }
+  }
+  return out;
+}
+
+Fp8Tensor quantize_static(const ElementSource& source, int tokens, int heads, int dim,
+                          const std::vector<int8_t>& head_exponents) {
+  Fp8Tensor out;
+  out.tokens = tokens;
+  out.heads = heads;
+  out.dim = dim;
+  out.values.assign(size_t(tokens) * heads * dim, 0);
+  out.exponents.assign(size_t(heads) * tokens, 0);
+  for (int h = 0; h < heads; ++h) {
+    const int e = static_scale_exponent(head_exponents[size_t(h)]);
+    for (int t = 0; t < tokens; ++t) {
+      out.exponents[size_t(h) * tokens + t] = int8_t(e);
+      for (int d = 0; d < dim; ++d)
+        out.values[(size_t(t) * heads + h) * dim + d] = quantize_e4m3(source(t, h, d), e);
     }
   }
   return out;

@@ -45,6 +45,11 @@ using ScaleRule = int (*)(float amax);
 Fp8Tensor quantize(const ElementSource& source, int tokens, int heads, int dim,
                    const std::vector<TokenBlock>& blocks, ScaleRule rule = scale_exponent);
 
+// The same with one given exponent per head (scale mode kStatic; static_scale_exponent clamps
+// it): values q8(x * 2^-e), saturating.
+Fp8Tensor quantize_static(const ElementSource& source, int tokens, int heads, int dim,
+                          const std::vector<int8_t>& head_exponents);
+
 // Token-major copy [heads][dim][pad16(tokens)] of the same bytes; `permuted` stores each global
 // group of 16 tokens in the register-permutation order (slot p holds token 16g + pi(p)).
 std::vector<uint8_t> token_major(const Fp8Tensor& x, bool permuted);

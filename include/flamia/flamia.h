@@ -29,7 +29,10 @@ typedef enum flamia_status {
 
 typedef enum flamia_scale_mode {
   FLAMIA_SCALE_EXACT = 0,  /* one power-of-two scale per (token, head): exactly causal */
-  FLAMIA_SCALE_BLOCK32 = 1 /* one per document-local block of 32 tokens (the MX layout) */
+  FLAMIA_SCALE_BLOCK32 = 1, /* one per document-local block of 32 tokens (the MX layout) */
+  FLAMIA_SCALE_STATIC = 2   /* Q per token as EXACT; K and V one caller-supplied power-of-two
+                               scale per KV head (problem.static_*_exponents): exactly causal,
+                               values beyond 448 * 2^e saturate; the fastest forward */
 } flamia_scale_mode;
 
 typedef enum flamia_precision {
@@ -83,6 +86,11 @@ typedef struct flamia_problem {
    * FlashAttention's window_size = (left, 0) is W = left + 1. W >= max_seqlen_k is no window
    * (the same results) and runs as none. */
   int32_t sliding_window;
+  /* SCALE_STATIC only (NULL otherwise): device int8 arrays of heads_kv exponents, K̂ = e4m3((k -
+   * m) * 2^-e) and V̂ = e4m3(v * 2^-e) with satfinite rounding; an exponent below -126 counts as
+   * -126. E.g. from the previous step's amax of the head (delayed scaling). */
+  const int8_t* static_key_exponents;
+  const int8_t* static_value_exponents;
 } flamia_problem;
 
 typedef struct flamia_forward_args {

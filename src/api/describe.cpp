@@ -11,13 +11,14 @@ namespace {
 // Head dims the descriptions cover (validation decides what is supported).
 constexpr int kHeadDims[] = {64, 128, 256};
 constexpr int kNumHeadDims = sizeof kHeadDims / sizeof kHeadDims[0];
-constexpr int kNumScaleModes = 2;
+constexpr int kNumScaleModes = 3;
 constexpr int kNumCausal = 3;  // non-causal, causal, causal with a sliding window
 constexpr int kNumSmoothings = 3;
 constexpr int kNumQuantizePaths = 3;
 constexpr size_t kDescriptionCapacity = 192;
 
-const char* const kScaleNames[kNumScaleModes] = {"exact scales", "block32 scales"};
+const char* const kScaleNames[kNumScaleModes] = {"exact scales", "block32 scales",
+                                                  "static key and value scales"};
 const char* const kCausalNames[kNumCausal] = {"non-causal", "causal",
                                               "causal with a sliding window"};
 const char* const kSmoothingNames[kNumSmoothings] = {"no key smoothing", "first-key smoothing",

@@ -24,7 +24,13 @@ namespace {
 constexpr int kSoftmaxStatsPerRow = 2;  // {M, l}
 
 ScaleMode to_scale_mode(flamia_scale_mode mode) {
-  return mode == FLAMIA_SCALE_BLOCK32 ? ScaleMode::kBlock32 : ScaleMode::kExact;
+  return mode == FLAMIA_SCALE_BLOCK32  ? ScaleMode::kBlock32
+         : mode == FLAMIA_SCALE_STATIC ? ScaleMode::kStatic
+                                       : ScaleMode::kExact;
+}
+
+StaticExponents static_exponents(const flamia_problem& p) {
+  return {p.static_key_exponents, p.static_value_exponents};
 }
 
 KeySmoothing to_key_smoothing(flamia_key_smoothing smoothing) {
@@ -97,6 +103,7 @@ QuantizeForwardArgs quantize_forward_args(const flamia_forward_args& a, const Wo
   args.key_smoothing = to_key_smoothing(p.key_smoothing);
   args.key_smoothing_vector = p.key_smoothing_vector;
   args.softmax_scale = p.softmax_scale;
+  args.static_exponents = static_exponents(p);
   args.q = input_view(a.q);
   args.k = input_view(a.k);
   args.v = input_view(a.v);
@@ -116,6 +123,7 @@ QuantizeBackwardArgs quantize_saved_operands_args(const flamia_forward_args& a,
   args.key_smoothing = fwd.key_smoothing;
   args.key_smoothing_vector = fwd.key_smoothing_vector;
   args.softmax_scale = fwd.softmax_scale;
+  args.static_exponents = fwd.static_exponents;
   args.q = fwd.q;
   args.k = fwd.k;
   args.v = fwd.v;
@@ -176,6 +184,8 @@ flamia_status run_forward_kernels(const flamia_forward_args& a, const WorkspaceL
 
   kernel.shape = packed_shape(p);
   kernel.softmax_scale = p.softmax_scale;
+  kernel.static_key_exponents = p.static_key_exponents;  // null unless FLAMIA_SCALE_STATIC
+  kernel.static_value_exponents = p.static_value_exponents;
   kernel.in = ws.fwd;
   kernel.o = output_view(a.o);
   kernel.lse = a.lse;
@@ -219,6 +229,7 @@ flamia_status run_backward_kernels(const flamia_backward_args& a, const Workspac
   quantize.key_smoothing = to_key_smoothing(p.key_smoothing);
   quantize.key_smoothing_vector = p.key_smoothing_vector;
   quantize.softmax_scale = p.softmax_scale;
+  quantize.static_exponents = static_exponents(p);
   const cudaError_t quantize_error = launch_quantize_backward(quantize, stream);
   if (quantize_error != cudaSuccess) {
     return fail_cuda(where, "launch_quantize_backward", quantize_error);

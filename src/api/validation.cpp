@@ -98,9 +98,31 @@ flamia_status check_options(const flamia_problem& p, const char* where) {
     return invalid(where, "problem.causal", p.causal, "must be 0 or 1");
   }
   const int scale_mode = raw_enum(p.scale_mode);
-  if (scale_mode != FLAMIA_SCALE_EXACT && scale_mode != FLAMIA_SCALE_BLOCK32) {
+  if (scale_mode != FLAMIA_SCALE_EXACT && scale_mode != FLAMIA_SCALE_BLOCK32 &&
+      scale_mode != FLAMIA_SCALE_STATIC) {
     return invalid(where, "problem.scale_mode", scale_mode,
-                   "is not a flamia_scale_mode (FLAMIA_SCALE_EXACT or FLAMIA_SCALE_BLOCK32)");
+                   "is not a flamia_scale_mode (FLAMIA_SCALE_EXACT, FLAMIA_SCALE_BLOCK32 or "
+                   "FLAMIA_SCALE_STATIC)");
+  }
+  const bool wants_static = scale_mode == FLAMIA_SCALE_STATIC;
+  const struct {
+    const int8_t* array;
+    const char* name;
+  } static_arrays[] = {{p.static_key_exponents, "problem.static_key_exponents"},
+                       {p.static_value_exponents, "problem.static_value_exponents"}};
+  for (const auto& a : static_arrays) {
+    if (wants_static && a.array == nullptr) {
+      return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+                  "%s: problem.scale_mode is FLAMIA_SCALE_STATIC but %s is NULL (needs a device "
+                  "int8 array of heads_kv exponents)",
+                  where, a.name);
+    }
+    if (!wants_static && a.array != nullptr) {
+      return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+                  "%s: %s is set but problem.scale_mode is not FLAMIA_SCALE_STATIC; the exponents "
+                  "would be ignored",
+                  where, a.name);
+    }
   }
   if (p.sliding_window < 0) {
     return invalid(where, "problem.sliding_window", p.sliding_window,
@@ -254,6 +276,12 @@ flamia_status check_forward_quantize(const flamia_forward_args& a, const char* w
     return fail(FLAMIA_ERROR_UNSUPPORTED,
                 "%s: quantize = FLAMIA_QUANTIZE_FUSED with key smoothing is not supported: the "
                 "fused quantization has no key smoothing (use AUTO or SEPARATE)",
+                where);
+  }
+  if (quantize == FLAMIA_QUANTIZE_FUSED && raw_enum(a.problem.scale_mode) == FLAMIA_SCALE_STATIC) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: quantize = FLAMIA_QUANTIZE_FUSED with FLAMIA_SCALE_STATIC is not supported "
+                "(use AUTO or SEPARATE)",
                 where);
   }
   if (quantize == FLAMIA_QUANTIZE_FUSED && a.problem.sliding_window > 0) {

@@ -78,6 +78,12 @@ FLAMIA_HD float exp2_int(int e) {
   return bits_float(uint32_t(e + 127) << 23);
 }
 
+// A caller-supplied static exponent (scale mode kStatic) as used: clamped to the range where
+// 2^e and 2^-e are normal FP32 numbers (an int8 below -126 counts as -126).
+FLAMIA_HD int static_scale_exponent(int8_t e) {
+  return e < kMinScaleExponent ? kMinScaleExponent : int(e);
+}
+
 // The saturation-avoiding scale rule: the smallest e with amax * 2^-e <= 448, computed exactly
 // from amax's exponent and mantissa (no log2f/ceilf), clamped to the representable range.
 // amax = 0, NaN or Inf gives e = 0.

@@ -17,7 +17,9 @@ struct Bf16MutableView {
   int64_t head_stride = 0;
 };
 
-enum class ScaleMode { kExact = 0, kBlock32 = 1 };
+// kStatic: Q (and the backward's dO and K̂c) per token as kExact; K and V one caller-supplied
+// exponent per KV head (numerics §2).
+enum class ScaleMode { kExact = 0, kBlock32 = 1, kStatic = 2 };
 enum class KeySmoothing { kNone = 0, kFirstKey = 1, kVector = 2 };
 enum class BackwardPrecision { kFp8 = 0, kFp8Bf16Grad = 1 };
 

@@ -27,10 +27,12 @@ __device__ __forceinline__ float query_row_factor(float scale_log2, int query_ex
   return __fmul_rn(scale_log2, exp2_int(query_exp));
 }
 
-// t_ij = fma(S_ij * 2^ek_j, c * 2^eq_i, ev_j)
+// t_ij = fma(S_ij, (c * 2^eq_i) * 2^ek_j, ev_j): the key scale folds into the row factor (an
+// exact power-of-two product, rounded once in FP32 only where it leaves the normal range), so a
+// kernel whose keys share one exponent (scale mode kStatic) forms the factor once per row.
 __device__ __forceinline__ float score_exponent(float s, float key_scale, float row_factor,
                                                 float value_exponent) {
-  return __fmaf_rn(__fmul_rn(s, key_scale), row_factor, value_exponent);
+  return __fmaf_rn(s, __fmul_rn(row_factor, key_scale), value_exponent);
 }
 
 __device__ __forceinline__ float ex2_approx(float x) {

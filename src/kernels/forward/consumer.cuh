@@ -79,7 +79,9 @@ struct ConsumerRows {
 // tiles over the CTA's items (the K/V ring position); `item_count` its items (the Q buffer).
 // kStagedOutput: the epilogue through shared memory (write_outputs_staged), in the kernels without
 // fused quantization, whose producer leaves the two fused staging slots unused.
-template <int kHeadDim, bool kDebugProbabilities, bool kSegment, bool kStagedOutput>
+// kStaticScales: scale mode kStatic (softmax_row_static: no per-key factors in the softmax).
+template <int kHeadDim, bool kDebugProbabilities, bool kSegment, bool kStagedOutput,
+          bool kStaticScales>
 __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
                                               const WorkItem& w, const ConsumerRows& rows,
                                               int index, int item_count, int& iteration) {
@@ -101,6 +103,21 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
     state.row_max[r] = -INFINITY;
     state.row_sum[r] = 0.0f;
   }
+  // Scale mode kStatic: the head's key scale folds into each row's factor (the product
+  // score_exponent forms per element), once per item, and each row's keys are clamped to the
+  // document (its tiles' keys outside it are masked by these ranges instead of by their factors).
+  [[maybe_unused]] float static_value_exponent = 0.0f;
+  if constexpr (kStaticScales) {
+    const float key_scale = exp2_int(static_scale_exponent(p.static_key_exp[w.kv_head]));
+    static_value_exponent = float(static_scale_exponent(p.static_value_exp[w.kv_head]));
+#pragma unroll
+    for (int r = 0; r < kRowsPerThread; ++r) {
+      state.row_factor[r] = __fmul_rn(state.row_factor[r], key_scale);
+      // a document item's ranges are causal ones (document_row_keys): non-causal rows see all
+      const int last = kSegment || p.causal != 0 ? row_keys[r].last : w.geo.k_len - 1;
+      row_keys[r] = {max(row_keys[r].first, 0), min(last, w.geo.k_len - 1)};
+    }
+  }
   // O accumulator, then this tile's row-sum registers (zeroed before each P̂·V̂ MMA).
   float acc[Tile::kAccumulatorRegisters];
 #pragma unroll
@@ -116,7 +133,23 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
     if (n == w.geo.n_tiles - 1) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
     const KeyPairFactors* factors = smem.factors[stage];
     const int first_key_local = w.geo.k_tile_base + n * kBlockN - w.geo.k_start;
-    if constexpr (kSegment) {  // all on the MUFU: a column's place here depends on the packing
+    if constexpr (kStaticScales) {
+      const bool edge = first_key_local < 0 || first_key_local + kBlockN > w.geo.k_len ||
+                        n >= w.geo.causal_from;
+      if (kSegment) {  // all on the MUFU, as below
+        static_scores_to_probabilities<kBlockN, KeyMask::kRowRange>(
+            s, state, ratio, state.row_factor, static_value_exponent, lane, first_key_local,
+            row_keys);
+      } else if (edge) {
+        static_scores_to_probabilities<kBlockN, KeyMask::kRowRange, Tile::kPolynomialExpEvery>(
+            s, state, ratio, state.row_factor, static_value_exponent, lane, first_key_local,
+            row_keys);
+      } else {
+        static_scores_to_probabilities<kBlockN, KeyMask::kNone, Tile::kPolynomialExpEvery>(
+            s, state, ratio, state.row_factor, static_value_exponent, lane, first_key_local,
+            row_keys);
+      }
+    } else if constexpr (kSegment) {  // all on the MUFU: a column's place depends on the packing
       softmax_scores_to_probabilities<kBlockN, KeyMask::kRowRange>(s, state, ratio, factors, lane,
                                                                    first_key_local, row_keys);
     } else if (n >= w.geo.causal_from) {
@@ -180,12 +213,16 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
 
 // kFusedQuantize: the fused kernel's register split (the producer quantizes; forward_config.h).
 // kWindowed: the kernel for a sliding window, whose items may need per-row key ranges.
-template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize, bool kWindowed>
+// kStaticScales: scale mode kStatic (run_work_item).
+template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize, bool kWindowed,
+          bool kStaticScales>
 __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
                                              int consumer) {
   using Tile = ForwardTile<kHeadDim>;
-  hopper::warpgroup_registers_increase<kFusedQuantize ? Tile::kFusedConsumerRegisters
-                                                      : Tile::kConsumerRegisters>();
+  hopper::warpgroup_registers_increase<
+      kFusedQuantize                  ? Tile::kFusedConsumerRegisters
+      : kStaticScales && !kWindowed ? Tile::kStaticConsumerRegisters
+                                      : Tile::kConsumerRegisters>();
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32;
   const int lane = thread % 32;
@@ -205,11 +242,11 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStora
     const WorkItem w = smem.item[q_buffer];
     constexpr bool kStaged = !kFusedQuantize;
     if (w.geo.doc_count > 1 || (kWindowed && w.geo.causal_from == TileGeometry::kWindowed))
-      run_work_item<kHeadDim, kDebugProbabilities, true, kStaged>(p, smem, w, rows, index,
-                                                                  item_count, iteration);
+      run_work_item<kHeadDim, kDebugProbabilities, true, kStaged, kStaticScales>(
+          p, smem, w, rows, index, item_count, iteration);
     else
-      run_work_item<kHeadDim, kDebugProbabilities, false, kStaged>(p, smem, w, rows, index,
-                                                                   item_count, iteration);
+      run_work_item<kHeadDim, kDebugProbabilities, false, kStaged, kStaticScales>(
+          p, smem, w, rows, index, item_count, iteration);
     if (stamps) timeline::stamp(index, 3 * consumer + 2);
     if (stamps && consumer == 0) timeline::record_place(index, w.geo.n_tiles);
   }

@@ -37,6 +37,12 @@ struct ForwardTile {
   static_assert(kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters <=
                     (1 + kConsumerWarpgroups) * (kRegisterFile / kThreads / 8 * 8),
                 "register split within the launch allocation");
+  // Scale mode kStatic without a window: at head dim 64 its consumers spilled 8 bytes within 144
+  // registers; beside the 56-register producer they get the whole allocation.
+  static constexpr int kStaticConsumerRegisters = kHeadDim == 64 ? 152 : kConsumerRegisters;
+  static_assert(kProducerRegisters + kConsumerWarpgroups * kStaticConsumerRegisters <=
+                    (1 + kConsumerWarpgroups) * (kRegisterFile / kThreads / 8 * 8),
+                "register split within the launch allocation");
   // The sliding-window kernel's producer also moves each item's key tiles to the window's first
   // (tile_geometry.cuh): at head dim 64 it spilled 44 bytes within 56 registers.
   static constexpr int kWindowedProducerRegisters = kHeadDim == 64 ? 64 : kProducerRegisters;

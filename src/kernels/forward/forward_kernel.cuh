@@ -33,7 +33,10 @@ __device__ __forceinline__ void init_barriers(SharedStorage<kHeadDim>& smem) {
 // kFusedQuantize: the producer quantizes the BF16 inputs itself (fused_quantize.cuh).
 // kWindowed: the instantiation for a sliding window (params.sliding_window > 0); the others
 // compile every window test away, so they are the kernels without windows, unchanged.
-template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize, bool kWindowed>
+// kStaticScales: scale mode kStatic (params.static_key_exp set): no per-key factors in the
+// consumers' softmax.
+template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize, bool kWindowed,
+          bool kStaticScales = false>
 __global__ void __launch_bounds__(ForwardTile<kHeadDim>::kThreads, 1)
     forward_kernel(const __grid_constant__ ForwardParams params) {
   extern __shared__ uint8_t shared_raw[];
@@ -52,8 +55,8 @@ __global__ void __launch_bounds__(ForwardTile<kHeadDim>::kThreads, 1)
     else
       run_producer<kHeadDim, kWindowed>(params, smem);
   } else {
-    run_consumer<kHeadDim, kDebugProbabilities, kFusedQuantize, kWindowed>(params, smem,
-                                                                           warpgroup - 1);
+    run_consumer<kHeadDim, kDebugProbabilities, kFusedQuantize, kWindowed, kStaticScales>(
+        params, smem, warpgroup - 1);
   }
 }
 

@@ -63,6 +63,16 @@ int multiprocessor_count() {
   return count;
 }
 
+// The unfused instantiations: debug P̂ or not, a sliding window or not.
+template <int kHeadDim, bool kStaticScales>
+auto kernel_for(bool debug_p_hat, bool windowed) {
+  using forward::forward_kernel;
+  return debug_p_hat ? (windowed ? forward_kernel<kHeadDim, true, false, true, kStaticScales>
+                                 : forward_kernel<kHeadDim, true, false, false, kStaticScales>)
+                     : (windowed ? forward_kernel<kHeadDim, false, false, true, kStaticScales>
+                                 : forward_kernel<kHeadDim, false, false, false, kStaticScales>);
+}
+
 template <int kHeadDim>
 cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stream) {
   using Tile = ForwardTile<kHeadDim>;
@@ -81,6 +91,8 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   params.k_exp = args.in.k.exponents;
   params.v_exp = args.in.v_t.exponents;
   params.lse_shift = args.in.lse_shift;
+  params.static_key_exp = args.static_key_exponents;
+  params.static_value_exp = args.static_value_exponents;
   params.cu_seqlens_q = s.cu_seqlens_q;
   params.cu_seqlens_k = s.cu_seqlens_k;
   params.total_q = s.total_q;
@@ -105,11 +117,11 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   constexpr size_t kShared = forward::forward_shared_bytes<kHeadDim>();
   params.debug_p_hat = args.debug_p_hat;
   const bool windowed = params.sliding_window > 0;  // (the fused path has no window: validated)
-  auto kernel = args.debug_p_hat
-                    ? (windowed ? forward::forward_kernel<kHeadDim, true, false, true>
-                                : forward::forward_kernel<kHeadDim, true, false, false>)
-                    : (windowed ? forward::forward_kernel<kHeadDim, false, false, true>
-                                : forward::forward_kernel<kHeadDim, false, false, false>);
+  const bool static_scales = args.static_key_exponents != nullptr;
+  if (static_scales && (fused || args.static_value_exponents == nullptr))
+    return cudaErrorInvalidValue;  // no such instantiation (validated: static is not fused)
+  auto kernel = kernel_for<kHeadDim, false>(args.debug_p_hat != nullptr, windowed);
+  if (static_scales) kernel = kernel_for<kHeadDim, true>(args.debug_p_hat != nullptr, windowed);
   if constexpr (kHeadDim == 128) {
     if (fused) kernel = forward::forward_kernel<kHeadDim, false, true, false>;
   }

@@ -44,6 +44,9 @@ struct ForwardParams {
   int fused_block32;   // scale_mode block32 (else exact)
   float* debug_p_hat;  // tests only: [Hq][total_q][total_k], see debug_probabilities.cuh
   int sliding_window;  // 0: none; W: causal rows see their last W keys (flamia.h)
+  // forward_kernel<..., kStaticScales>: K̂'s and V̂'s exponent per KV head ([Hkv] each).
+  const int8_t* static_key_exp;
+  const int8_t* static_value_exp;
 };
 
 }  // namespace flamia::forward

@@ -13,12 +13,19 @@
 
 namespace flamia {
 
+// Scale mode kStatic: one caller-supplied exponent per KV head for K̂ and for V̂ (device).
+struct StaticExponents {
+  const int8_t* key = nullptr;
+  const int8_t* value = nullptr;
+};
+
 struct QuantizeForwardArgs {
   PackedShape shape;
   ScaleMode scale_mode = ScaleMode::kExact;
   KeySmoothing key_smoothing = KeySmoothing::kNone;
   const float* key_smoothing_vector = nullptr;  // [heads_kv][head_dim] for kVector
   float softmax_scale = 1.0f;                   // for the LSE shift of key smoothing
+  StaticExponents static_exponents;             // scale mode kStatic: K̂'s and V̂'s
   Bf16View q, k, v;
   ForwardOperands out;  // q, k, v_t (+ lse_shift when smoothing; zeros when kNone)
   const int32_t* device_status = nullptr;  // skip all work when non-zero
@@ -44,6 +51,7 @@ struct QuantizeBackwardArgs {
   KeySmoothing key_smoothing = KeySmoothing::kNone;
   const float* key_smoothing_vector = nullptr;  // [heads_kv][head_dim] for kVector
   float softmax_scale = 1.0f;                   // only for fwd_out.lse_shift
+  StaticExponents static_exponents;             // scale mode kStatic: K̂'s and V̂'s (and V̂)
 };
 
 // Head dims the quantize pass is compiled for (64, 128, 256).

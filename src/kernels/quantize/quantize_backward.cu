@@ -53,7 +53,9 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
   k_hat.blocks = blocks;
   k_hat.row_major = fwd.k.values;
   k_hat.exponents[0] = fwd.k.exponents;
-  if (k_hat.transform == Transform::kSubtractFirstKey) {
+  k_hat.static_exponents = args.static_exponents.key;
+  // K̂ shares K̂c's bytes when both come from k - k_first with the same exponents (not kStatic)
+  if (k_hat.transform == Transform::kSubtractFirstKey && k_hat.static_exponents == nullptr) {
     k_centered.row_major = k_hat.row_major;
     k_centered.exponents[1] = other_exponents(k_centered.exponents[0], k_hat.exponents[0]);
     add_copy(k, k_centered);
@@ -72,6 +74,7 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
   v_hat.token_major = fwd.v_t.values;
   v_hat.exponents[0] = out.v.exponents;
   v_hat.exponents[1] = other_exponents(out.v.exponents, fwd.v_t.exponents);
+  v_hat.static_exponents = args.static_exponents.value;
   add_copy(v, v_hat);
 
   // dÔ first: delta reads copy 0's codes.

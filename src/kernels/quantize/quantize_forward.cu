@@ -29,6 +29,7 @@ cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_
   k_hat.blocks = blocks;
   k_hat.row_major = args.out.k.values;
   k_hat.exponents[0] = args.out.k.exponents;
+  k_hat.static_exponents = args.static_exponents.key;
   add_copy(k, k_hat);
   k.shift_vector = args.key_smoothing_vector;
 
@@ -38,6 +39,7 @@ cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_
   v_hat_t.order = TokenOrder::kPermuted;
   v_hat_t.token_major = args.out.v_t.values;
   v_hat_t.exponents[0] = args.out.v_t.exponents;
+  v_hat_t.static_exponents = args.static_exponents.value;
   add_copy(v, v_hat_t);
 
   TensorJob jobs[] = {q, k, v};

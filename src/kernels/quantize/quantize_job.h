@@ -51,6 +51,9 @@ struct CopySpec {
   uint8_t* row_major = nullptr;                 // [tokens][heads][D]
   uint8_t* token_major = nullptr;               // [heads][D][pad16(tokens)]
   int8_t* exponents[kMaxExponentOutputs] = {};  // [heads][tokens] each (same values)
+  // Scale mode kStatic (K̂, V̂): the exponent of every token of head h is
+  // static_scale_exponent(static_exponents[h]) instead of its block's amax rule.
+  const int8_t* static_exponents = nullptr;  // device, [heads]
 };
 
 struct TensorSource {
