@@ -191,6 +191,14 @@ def flamia_runner(q, k, v, d_o, cu, max_len, scale_mode="exact", causal=True, **
     return run
 
 
+def static_exponents_for(k, v):
+    """scale_mode "static"'s exponents (int8 (2, heads_kv)): the smallest e per KV head with
+    amax * 2^-e <= 448, from this batch's K and V (a delayed-scaling recipe would take an
+    earlier step's amax; computed once, outside the timed calls)."""
+    amax = torch.stack([t.detach().abs().amax(dim=(0, 2)).float() for t in (k, v)])
+    return torch.ceil(torch.log2(amax.clamp_min(2.0**-100) / 448.0)).to(torch.int8)
+
+
 def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, per_call=False, causal=True,
                  **options):
     return time_pair(flamia_runner(q, k, v, d_o, cu, max_len, scale_mode, causal, **options),
@@ -435,8 +443,11 @@ def main():
         rec = {"doc_lens": w["doc_lens"], "heads_q": w["heads_q"], "heads_kv": w["heads_kv"],
                "head_dim": w["head_dim"], "fwd_flops": flops}
         # flamia and the BF16 kernels, the best of opts.rounds rounds in alternating order
+        static_exponents = static_exponents_for(k, v)
         timed, errors = time_in_rounds(
             {"flamia": lambda: bench_flamia(q, k, v, d_o, cu, max_len, opts.scale_mode),
+             "flamia_static": lambda: bench_flamia(q, k, v, d_o, cu, max_len, "static",
+                                                   static_exponents=static_exponents),
              "fa2_varlen": lambda: bench_fa2_varlen(q, k, v, d_o, cu, max_len),
              "cudnn": lambda: bench_cudnn(q, k, v, d_o, w["doc_lens"]),
              "flex": lambda: bench_flex(q, k, v, d_o, cu),
@@ -445,6 +456,10 @@ def main():
             raise RuntimeError(f"{name}: flamia failed: {errors['flamia']}")
         f_fwd, f_fb = timed.pop("flamia")
         rec["flamia_fwd_ms"], rec["flamia_fwdbwd_ms"] = f_fwd, f_fb
+        # scale_mode "static" (K and V one exponent per KV head), beside the mode asked for
+        if "flamia_static" in errors:
+            raise RuntimeError(f"{name}: flamia static failed: {errors['flamia_static']}")
+        rec["flamia_static_fwd_ms"], rec["flamia_static_fwdbwd_ms"] = timed.pop("flamia_static")
         # the training forward (a gradient wanted: it keeps its quantized Q, K, V for the
         # backward), and fwd+bwd with the backward quantizing q, k, v again (the path before)
         rec["flamia_fwd_train_ms"] = training_forward_ms(q, k, v, cu, max_len, opts.scale_mode)
@@ -485,6 +500,8 @@ def main():
             rec[f"best_bf16_{phase}_ms"] = baselines[best][f"{phase}_ms"]
             rec[f"best_bf16_{phase}_name"] = best
             rec[f"speedup_{phase}"] = rec[f"best_bf16_{phase}_ms"] / rec[f"flamia_{phase}_ms"]
+            rec[f"speedup_static_{phase}"] = (rec[f"best_bf16_{phase}_ms"] /
+                                              rec[f"flamia_static_{phase}_ms"])
         rec["flamia_fwd_tflops"] = flops / f_fwd / 1e9
         rec["flamia_fwdbwd_tflops"] = FWD_BWD_FLOP_FACTOR * flops / f_fb / 1e9
         rec["baselines"] = baselines
@@ -500,6 +517,9 @@ def main():
               f"({rec['flamia_fwdbwd_tflops']:5.0f} TF/s) x{rec['speedup_fwdbwd']:.2f} vs "
               f"{rec['best_bf16_fwdbwd_name']}; o_err {rec.get('o_rel_l2_vs_ref', float('nan')):.2g}",
               flush=True)
+        print(f"{'':17s} static     {rec['flamia_static_fwd_ms']:7.3f} ms "
+              f"x{rec['speedup_static_fwd']:.2f}; fwd+bwd {rec['flamia_static_fwdbwd_ms']:7.3f} ms "
+              f"x{rec['speedup_static_fwdbwd']:.2f}", flush=True)
         del q, k, v, d_o
         torch.cuda.empty_cache()
     Path(opts.json).write_text(json.dumps(results, indent=1))

@@ -39,6 +39,15 @@ struct Problem {
   int kv_head(int h) const { return h / group_size(); }
 };
 
+// The static exponents make_problem gives every KV head under ScaleMode::kStatic: N(0, 1)
+// inputs (make_inputs) stay far below 448 * 2^-5.
+constexpr int8_t kDefaultStaticExponent = -5;
+
+// "exact", "block32" or "static" (test names, messages).
+inline const char* scale_mode_name(ScaleMode mode) {
+  return mode == ScaleMode::kExact ? "exact" : mode == ScaleMode::kBlock32 ? "block32" : "static";
+}
+
 // Documents of the given lengths (queries = keys), softmax_scale = 1/sqrt(head_dim).
 Problem make_problem(const std::vector<int>& doc_lengths, int heads_q, int heads_kv, int head_dim,
                      bool causal = true, ScaleMode scale_mode = ScaleMode::kExact);

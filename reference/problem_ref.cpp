@@ -24,6 +24,10 @@ Problem make_problem(const std::vector<int>& doc_lengths, int heads_q, int heads
   p.softmax_scale = 1.0f / std::sqrt(float(head_dim));
   p.causal = causal;
   p.scale_mode = scale_mode;
+  if (scale_mode == ScaleMode::kStatic) {  // room for |x| up to 448 * 2^-5 = 14
+    p.static_key_exponents.assign(size_t(heads_kv), kDefaultStaticExponent);
+    p.static_value_exponents.assign(size_t(heads_kv), kDefaultStaticExponent);
+  }
   return p;
 }
 

@@ -30,6 +30,7 @@ class Status(enum.IntEnum):
 class ScaleMode(enum.IntEnum):
     EXACT = 0
     BLOCK32 = 1
+    STATIC = 2
 
 
 class Precision(enum.IntEnum):
@@ -50,7 +51,8 @@ class ForwardQuantize(enum.IntEnum):
 
 
 # Python-facing spellings of the enums.
-SCALE_MODES = {"exact": ScaleMode.EXACT, "block32": ScaleMode.BLOCK32}
+SCALE_MODES = {"exact": ScaleMode.EXACT, "block32": ScaleMode.BLOCK32,
+               "static": ScaleMode.STATIC}
 PRECISIONS = {"fp8": Precision.FP8, "fp8-bf16grad": Precision.FP8_BF16GRAD}
 KEY_SMOOTHINGS = {"none": KeySmoothing.NONE, "first_key": KeySmoothing.FIRST_KEY,
                   "vector": KeySmoothing.VECTOR}
@@ -94,6 +96,8 @@ class Problem(ctypes.Structure):
         ("key_smoothing", _c_enum),
         ("key_smoothing_vector", _f32p),
         ("sliding_window", ctypes.c_int32),
+        ("static_key_exponents", ctypes.c_void_p),  # const int8_t*
+        ("static_value_exponents", ctypes.c_void_p),
     ]
 
 

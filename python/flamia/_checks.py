@@ -35,6 +35,7 @@ class Spec:
     deterministic: bool
     key_smoothing: str  # "none", "first_key" or "vector"
     key_smoothing_vector: Optional[torch.Tensor]
+    static_exponents: Optional[torch.Tensor] = None  # scale_mode "static": int8 (2, heads_kv)
 
 
 def _is_int(x) -> bool:
@@ -189,9 +190,31 @@ def _check_key_smoothing(key_smoothing, k: torch.Tensor):
     return key_smoothing, None
 
 
+def _check_static_exponents(scale_mode: str, static_exponents, k) -> Optional[torch.Tensor]:
+    """scale_mode "static" needs static_exponents: an int8 tensor of shape (2, heads_kv) on k's
+    device (row 0: K's power-of-two exponent per KV head, row 1: V's); other modes take none."""
+    if scale_mode != "static":
+        if static_exponents is not None:
+            raise ValueError(f"static_exponents is set but scale_mode={scale_mode!r}; they are "
+                             "used only with scale_mode='static'")
+        return None
+    if not isinstance(static_exponents, torch.Tensor):
+        raise TypeError("scale_mode='static' needs static_exponents, an int8 tensor of shape "
+                        f"(2, heads_kv) (K's and V's exponents), got "
+                        f"{type(static_exponents).__name__}")
+    heads_kv = k.shape[1]
+    if static_exponents.dtype != torch.int8 or tuple(static_exponents.shape) != (2, heads_kv):
+        raise ValueError(f"static_exponents must be an int8 tensor of shape (2, {heads_kv}), got "
+                         f"{static_exponents.dtype} {tuple(static_exponents.shape)}")
+    if static_exponents.device != k.device:
+        raise ValueError(f"static_exponents is on {static_exponents.device} but k is on "
+                         f"{k.device}")
+    return static_exponents.contiguous()
+
+
 def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
                  softmax_scale, causal, scale_mode, precision, deterministic,
-                 key_smoothing) -> Spec:
+                 key_smoothing, static_exponents=None) -> Spec:
     """Checks the arguments of attn_varlen_func; returns the normalised non-tensor ones."""
     _check_qkv("q", q, None)
     device = q.device
@@ -230,7 +253,9 @@ def check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     precision = _check_choice("precision", precision, _capi.PRECISIONS)
     deterministic = _check_bool("deterministic", deterministic)
     smoothing, vector = _check_key_smoothing(key_smoothing, k)
-    return Spec(softmax_scale, causal, scale_mode, precision, deterministic, smoothing, vector)
+    exponents = _check_static_exponents(scale_mode, static_exponents, k)
+    return Spec(softmax_scale, causal, scale_mode, precision, deterministic, smoothing, vector,
+                exponents)
 
 
 def check_batched(q, k, v) -> None:

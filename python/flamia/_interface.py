@@ -16,7 +16,7 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                      deterministic=False, return_lse=False, dropout_p=0.0,
                      window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
                      key_smoothing="none", qk_rotation="none", return_attn_probs=False,
-                     block_table=None):
+                     block_table=None, static_exponents=None):
     """FP8 attention over packed variable-length documents, forward and backward.
 
     q: (total_q, heads_q, head_dim), k and v: (total_k, heads_kv, head_dim), BF16 CUDA tensors
@@ -30,7 +30,13 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     softmax_scale: default 1/sqrt(head_dim). causal: a causal document must have equal query
     and key lengths (FlashAttention's bottom-right alignment of unequal ones is rejected as
     unsupported). scale_mode: "exact" (one FP8 scale per token and head: outputs are bitwise
-    independent of later tokens) or "block32" (per document-local 32-token block). precision: backward precision, "fp8" (all products in FP8) or
+    independent of later tokens), "block32" (per document-local 32-token block) or "static"
+    (Q per token as "exact"; K and V one caller-supplied power-of-two scale per KV head, given
+    as static_exponents, an int8 (2, heads_kv) tensor on the device: row 0 K's exponents e, K̂ =
+    e4m3((k - m) 2^-e), row 1 V's; values beyond 448 * 2^e saturate, so choose e from a bound or
+    an earlier step's amax, e.g. ceil(log2(amax / 448)) + a margin. Exactly causal (no scale
+    depends on the data) and the fastest forward: its softmax reads no per-key factors).
+    precision: backward precision, "fp8" (all products in FP8) or
     "fp8-bf16grad" (dP, dQ, dK in BF16: the precision that trained within 1% of BF16 attention
     in the pretraining example, at 0.95-1.19x fp8's forward+backward time; docs/results.md).
     deterministic: bitwise reproducible backward. When a gradient is wanted at precision "fp8",
@@ -67,7 +73,8 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     spec = _checks.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 softmax_scale=softmax_scale, causal=causal,
                                 scale_mode=scale_mode, precision=precision,
-                                deterministic=deterministic, key_smoothing=key_smoothing)
+                                deterministic=deterministic, key_smoothing=key_smoothing,
+                                static_exponents=static_exponents)
     return_lse = _checks._check_bool("return_lse", return_lse)
     rotation = _rotation.check_rotation(qk_rotation)
     q, k = _rotation.rotate_qk(q, k, rotation)
@@ -80,13 +87,13 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
         out, lse, _, _ = torch.ops.flamia.fwd_saving(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, spec.softmax_scale,
             spec.causal, spec.scale_mode, spec.key_smoothing, smoothing_vector,
-            spec.deterministic, sliding_window)
+            spec.deterministic, sliding_window, spec.static_exponents)
     else:
         out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                            max_seqlen_k, spec.softmax_scale, spec.causal,
                                            spec.scale_mode, spec.key_smoothing,
                                            smoothing_vector, spec.precision, spec.deterministic,
-                                           sliding_window)
+                                           sliding_window, spec.static_exponents)
     return (out, lse) if return_lse else out
 
 
@@ -98,7 +105,8 @@ def _uniform_cu_seqlens(batch: int, seqlen: int, device: torch.device) -> Tensor
 def attn_func(q: Tensor, k: Tensor, v: Tensor, *, softmax_scale=None, causal=False,
               scale_mode="exact", precision="fp8", deterministic=False, return_lse=False,
               dropout_p=0.0, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-              key_smoothing="none", qk_rotation="none", return_attn_probs=False):
+              key_smoothing="none", qk_rotation="none", return_attn_probs=False,
+              static_exponents=None):
     """attn_varlen_func for (batch, seqlen, heads, head_dim) tensors: each batch row is one
     document. Returns out (batch, seqlen_q, heads_q, head_dim), or (out, lse) with lse FP32
     (batch, heads_q, seqlen_q) as FlashAttention returns it. Every argument after v is
@@ -117,7 +125,7 @@ def attn_func(q: Tensor, k: Tensor, v: Tensor, *, softmax_scale=None, causal=Fal
         causal=causal, scale_mode=scale_mode, precision=precision, deterministic=deterministic,
         return_lse=return_lse, dropout_p=dropout_p, window_size=window_size, softcap=softcap,
         alibi_slopes=alibi_slopes, key_smoothing=key_smoothing, qk_rotation=qk_rotation,
-        return_attn_probs=return_attn_probs)
+        return_attn_probs=return_attn_probs, static_exponents=static_exponents)
     if not return_lse:
         return result.view(batch, seqlen_q, heads_q, head_dim)
     out, lse = result
@@ -130,7 +138,7 @@ def explain(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k:
             scale_mode="exact", precision="fp8", deterministic=False, return_lse=False,
             dropout_p=0.0, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
             key_smoothing="none", qk_rotation="none", return_attn_probs=False,
-            block_table=None) -> str:
+            block_table=None, static_exponents=None) -> str:
     """Which kernel path attn_varlen_func would run for these arguments (the library's
     flamia_describe_forward; with a gradient wanted, the training forward that keeps its
     quantized operands), followed by the backward's precision. Runs no kernel. The same
@@ -141,13 +149,15 @@ def explain(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k:
     spec = _checks.check_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 softmax_scale=softmax_scale, causal=causal,
                                 scale_mode=scale_mode, precision=precision,
-                                deterministic=deterministic, key_smoothing=key_smoothing)
+                                deterministic=deterministic, key_smoothing=key_smoothing,
+                                static_exponents=static_exponents)
     rotation = _rotation.check_rotation(qk_rotation)
     _capi.library()  # raise LibraryNotFound before building anything
     out, lse, stats = _ops._forward_outputs(q)
     problem = _ops.make_problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                 spec.softmax_scale, spec.causal, spec.scale_mode,
-                                spec.key_smoothing, spec.key_smoothing_vector, sliding_window)
+                                spec.key_smoothing, spec.key_smoothing_vector, sliding_window,
+                                spec.static_exponents)
     args = _ops.make_forward_args(q, k, v, out, lse, stats, problem, _ops._stream(q.device))
     if _ops.forward_keeps_operands(spec.precision, q, k, v):
         # The training forward's path. Never dereferenced: the description and the size query

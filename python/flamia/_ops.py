@@ -59,7 +59,12 @@ def _stream(device: torch.device) -> int:
 def make_problem(q: Tensor, k: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                  max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
                  scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
-                 sliding_window: int = 0) -> _capi.Problem:
+                 sliding_window: int = 0,
+                 static_exponents: Optional[Tensor] = None) -> _capi.Problem:
+    """static_exponents: scale_mode "static"'s int8 (2, heads_kv) device tensor, row 0 K's
+    exponents, row 1 V's (contiguous)."""
+    static_key = _ptr(static_exponents)
+    static_value = None if static_key is None else static_key + k.shape[1]
     return _capi.Problem(
         cu_seqlens_q=_ptr(cu_seqlens_q),
         cu_seqlens_k=_ptr(cu_seqlens_k),
@@ -79,6 +84,8 @@ def make_problem(q: Tensor, k: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tenso
         key_smoothing=_capi.KEY_SMOOTHINGS[key_smoothing],
         key_smoothing_vector=_ptr(key_smoothing_vector),
         sliding_window=sliding_window,
+        static_key_exponents=static_key,
+        static_value_exponents=static_value,
     )
 
 
@@ -218,7 +225,7 @@ def _forward_outputs(q: Tensor):
 def _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
                  backward_description: str, saved: Optional[Tensor] = None,
-                 sliding_window: int = 0):
+                 sliding_window: int = 0, static_exponents: Optional[Tensor] = None):
     out, lse, stats = _forward_outputs(q)
     if q.shape[0] == 0:
         return out, lse, stats
@@ -231,7 +238,7 @@ def _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     with torch.cuda.device(q.device):
         problem = make_problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                softmax_scale, causal, scale_mode, key_smoothing,
-                               key_smoothing_vector, sliding_window)
+                               key_smoothing_vector, sliding_window, static_exponents)
         args = make_forward_args(q, k, v, out, lse, stats, problem, _stream(q.device), saved)
         nbytes = workspace_bytes(args)
         workspace, workspace_ptr = _workspace(nbytes, q.device)
@@ -255,21 +262,21 @@ def _backward_description(precision: str, deterministic: bool) -> str:
 def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
         max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
         scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
-        precision: str, deterministic: bool,
-        sliding_window: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        precision: str, deterministic: bool, sliding_window: int = 0,
+        static_exponents: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (out, lse, softmax_stats). `precision` and `deterministic` are used only by the
     backward; they are inputs here so that autograd can hand them on. sliding_window: 0, or
     the W keys each causal query sees (flamia.h)."""
     return _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
                         _backward_description(precision, deterministic),
-                        sliding_window=sliding_window)
+                        sliding_window=sliding_window, static_exponents=static_exponents)
 
 
 @fwd.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               causal, scale_mode, key_smoothing, key_smoothing_vector, precision, deterministic,
-              sliding_window=0):
+              sliding_window=0, static_exponents=None):
     return _forward_outputs(q)
 
 
@@ -277,8 +284,8 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, s
 def fwd_saving(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
                scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
-               deterministic: bool,
-               sliding_window: int = 0) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+               deterministic: bool, sliding_window: int = 0,
+               static_exponents: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """The training forward of precision "fp8": returns (out, lse, softmax_stats, saved), where
     `saved` holds the quantized Q, K, V in every layout the backward reads (uint8,
     saved_operands_bytes long). flamia::bwd_saved then reads no q, k, v."""
@@ -287,14 +294,14 @@ def fwd_saving(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens
                                    max_seqlen_k, softmax_scale, causal, scale_mode,
                                    key_smoothing, key_smoothing_vector,
                                    _backward_description("fp8", deterministic), saved,
-                                   sliding_window)
+                                   sliding_window, static_exponents)
     return out, lse, stats, saved
 
 
 @fwd_saving.register_fake
 def _fwd_saving_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
-                     deterministic, sliding_window=0):
+                     deterministic, sliding_window=0, static_exponents=None):
     return _forward_outputs(q) + (_saved_buffer(q, k),)
 
 
@@ -310,7 +317,8 @@ def _gradients(q_shape, k_shape, device):
 def _run_backward(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k,
                   k_shape, max_seqlen_q, max_seqlen_k, softmax_scale, causal, scale_mode,
                   key_smoothing, key_smoothing_vector, precision, deterministic,
-                  saved: Optional[Tensor] = None, sliding_window: int = 0):
+                  saved: Optional[Tensor] = None, sliding_window: int = 0,
+                  static_exponents: Optional[Tensor] = None):
     """q, k, v may be None when `saved` is given (k_shape then sizes dk and dv)."""
     dq, dk, dv = _gradients(out.shape, k_shape, out.device)
     if out.shape[0] == 0 or k_shape[0] == 0:
@@ -323,7 +331,7 @@ def _run_backward(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqle
         keys = k if k is not None else torch.empty(k_shape, dtype=_BF16, device="meta")
         problem = make_problem(out, keys, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                max_seqlen_k, softmax_scale, causal, scale_mode, key_smoothing,
-                               key_smoothing_vector, sliding_window)
+                               key_smoothing_vector, sliding_window, static_exponents)
         args = make_backward_args(dout, q, k, v, out, lse, softmax_stats, dq, dk, dv, problem,
                                   precision, deterministic, _stream(out.device), saved)
         nbytes = ctypes.c_size_t(0)
@@ -343,18 +351,20 @@ def bwd(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor,
         softmax_stats: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int,
         max_seqlen_k: int, softmax_scale: float, causal: bool, scale_mode: str,
         key_smoothing: str, key_smoothing_vector: Optional[Tensor], precision: str,
-        deterministic: bool, sliding_window: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+        deterministic: bool, sliding_window: int = 0,
+        static_exponents: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     """Returns (dq, dk, dv), contiguous, shaped like q, k and v."""
     return _run_backward(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k,
                          k.shape, max_seqlen_q, max_seqlen_k, softmax_scale, causal, scale_mode,
                          key_smoothing, key_smoothing_vector, precision, deterministic,
-                         sliding_window=sliding_window)
+                         sliding_window=sliding_window, static_exponents=static_exponents)
 
 
 @bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
               max_seqlen_k, softmax_scale, causal, scale_mode, key_smoothing,
-              key_smoothing_vector, precision, deterministic, sliding_window=0):
+              key_smoothing_vector, precision, deterministic, sliding_window=0,
+              static_exponents=None):
     return _gradients(q.shape, k.shape, q.device)
 
 
@@ -363,7 +373,8 @@ def bwd_saved(dout: Tensor, saved: Tensor, out: Tensor, lse: Tensor, softmax_sta
               cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, total_k: int, heads_kv: int,
               max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
               scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
-              deterministic: bool, sliding_window: int = 0) -> tuple[Tensor, Tensor, Tensor]:
+              deterministic: bool, sliding_window: int = 0,
+              static_exponents: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
     """The backward of flamia::fwd_saving (precision "fp8"): (dq, dk, dv), dk and dv shaped
     (total_k, heads_kv, head_dim). The library checks on the device that `saved` was written
     for this problem."""
@@ -371,13 +382,14 @@ def bwd_saved(dout: Tensor, saved: Tensor, out: Tensor, lse: Tensor, softmax_sta
     return _run_backward(dout, None, None, None, out, lse, softmax_stats, cu_seqlens_q,
                          cu_seqlens_k, k_shape, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
                          scale_mode, key_smoothing, key_smoothing_vector, "fp8", deterministic,
-                         saved, sliding_window)
+                         saved, sliding_window, static_exponents)
 
 
 @bwd_saved.register_fake
 def _bwd_saved_fake(dout, saved, out, lse, softmax_stats, cu_seqlens_q, cu_seqlens_k, total_k,
                     heads_kv, max_seqlen_q, max_seqlen_k, softmax_scale, causal, scale_mode,
-                    key_smoothing, key_smoothing_vector, deterministic, sliding_window=0):
+                    key_smoothing, key_smoothing_vector, deterministic, sliding_window=0,
+                    static_exponents=None):
     return _gradients(out.shape, (total_k, heads_kv, out.shape[2]), out.device)
 
 
@@ -394,10 +406,10 @@ def _no_zero_gradients(ctx) -> None:
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
      scale_mode, key_smoothing, key_smoothing_vector, precision, deterministic,
-     sliding_window) = inputs  # (torch fills in the defaulted sliding_window)
+     sliding_window, static_exponents) = inputs  # (torch fills in the defaulted ones)
     out, lse, stats = output
     ctx.save_for_backward(q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k,
-                          key_smoothing_vector)
+                          key_smoothing_vector, static_exponents)
     ctx.config = dict(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
                       softmax_scale=softmax_scale, causal=causal, scale_mode=scale_mode,
                       key_smoothing=key_smoothing, precision=precision,
@@ -408,15 +420,15 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, dout, _dlse, _dstats):
-    q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k, vector = ctx.saved_tensors
+    q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k, vector, exponents = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
     c = ctx.config
     dq, dk, dv = torch.ops.flamia.bwd(
         dout, q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k, c["max_seqlen_q"],
         c["max_seqlen_k"], c["softmax_scale"], c["causal"], c["scale_mode"], c["key_smoothing"],
-        vector, c["precision"], c["deterministic"], c["sliding_window"])
-    return (dq, dk, dv) + (None,) * 12
+        vector, c["precision"], c["deterministic"], c["sliding_window"], exponents)
+    return (dq, dk, dv) + (None,) * 13
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -425,12 +437,12 @@ fwd.register_autograd(_backward, setup_context=_setup_context)
 def _setup_saving_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
      scale_mode, key_smoothing, key_smoothing_vector, deterministic,
-     sliding_window) = inputs
+     sliding_window, static_exponents) = inputs
     out, lse, stats, saved = output
     # No q, k or v: the backward reads the quantized copies in `saved`, K̂ built with the
     # smoothing vector as it was at the forward (the vector is a constant, as documented).
     ctx.save_for_backward(saved, out, lse, stats, cu_seqlens_q, cu_seqlens_k,
-                          key_smoothing_vector)
+                          key_smoothing_vector, static_exponents)
     ctx.config = dict(total_k=k.shape[0], heads_kv=k.shape[1], max_seqlen_q=max_seqlen_q,
                       max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
                       scale_mode=scale_mode, key_smoothing=key_smoothing,
@@ -440,15 +452,15 @@ def _setup_saving_context(ctx, inputs, output):
 
 
 def _backward_saved(ctx, dout, _dlse, _dstats, _dsaved):
-    saved, out, lse, stats, cu_seqlens_q, cu_seqlens_k, vector = ctx.saved_tensors
+    saved, out, lse, stats, cu_seqlens_q, cu_seqlens_k, vector, exponents = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
     c = ctx.config
     dq, dk, dv = torch.ops.flamia.bwd_saved(
         dout, saved, out, lse, stats, cu_seqlens_q, cu_seqlens_k, c["total_k"], c["heads_kv"],
         c["max_seqlen_q"], c["max_seqlen_k"], c["softmax_scale"], c["causal"], c["scale_mode"],
-        c["key_smoothing"], vector, c["deterministic"], c["sliding_window"])
-    return (dq, dk, dv) + (None,) * 11
+        c["key_smoothing"], vector, c["deterministic"], c["sliding_window"], exponents)
+    return (dq, dk, dv) + (None,) * 12
 
 
 fwd_saving.register_autograd(_backward_saved, setup_context=_setup_saving_context)

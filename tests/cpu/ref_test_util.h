@@ -46,7 +46,7 @@ inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>&
 }
 
 inline const char* mode_name(ScaleMode mode) {
-  return mode == ScaleMode::kExact ? "exact" : "block32";
+  return scale_mode_name(mode);
 }
 
 }  // namespace flamia::ref::test

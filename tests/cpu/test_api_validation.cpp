@@ -160,9 +160,29 @@ std::vector<Case<Setup>> problem_cases() {
        FLAMIA_ERROR_INVALID_ARGUMENT,
        {"problem.causal (2)"}},
       {"ScaleModeInvalid",
-       problem([](flamia_problem& p) { set_raw_enum(p.scale_mode, 2); }),
+       problem([](flamia_problem& p) { set_raw_enum(p.scale_mode, 3); }),
        FLAMIA_ERROR_INVALID_ARGUMENT,
-       {"problem.scale_mode (2)"}},
+       {"problem.scale_mode (3)", "FLAMIA_SCALE_STATIC"}},
+      {"StaticWithoutKeyExponents",
+       problem([](flamia_problem& p) {
+         p.scale_mode = FLAMIA_SCALE_STATIC;
+         p.static_value_exponents = static_cast<const int8_t*>(fake_device(14));
+       }),
+       FLAMIA_ERROR_INVALID_ARGUMENT,
+       {"FLAMIA_SCALE_STATIC", "problem.static_key_exponents is NULL"}},
+      {"StaticWithoutValueExponents",
+       problem([](flamia_problem& p) {
+         p.scale_mode = FLAMIA_SCALE_STATIC;
+         p.static_key_exponents = static_cast<const int8_t*>(fake_device(14));
+       }),
+       FLAMIA_ERROR_INVALID_ARGUMENT,
+       {"FLAMIA_SCALE_STATIC", "problem.static_value_exponents is NULL"}},
+      {"StaticExponentsWithoutStaticMode",
+       problem([](flamia_problem& p) {
+         p.static_value_exponents = static_cast<const int8_t*>(fake_device(14));
+       }),
+       FLAMIA_ERROR_INVALID_ARGUMENT,
+       {"problem.static_value_exponents is set", "not FLAMIA_SCALE_STATIC"}},
       {"ScaleModeNegative",
        problem([](flamia_problem& p) { set_raw_enum(p.scale_mode, -1); }),
        FLAMIA_ERROR_INVALID_ARGUMENT,
@@ -461,6 +481,15 @@ std::vector<ForwardCase> forward_cases() {
        },
        FLAMIA_ERROR_UNSUPPORTED,
        {"FLAMIA_QUANTIZE_FUSED with a sliding window"}},
+      {"FusedQuantizeWithStaticScales",
+       [](ForwardSetup& s) {
+         s.args.problem.scale_mode = FLAMIA_SCALE_STATIC;
+         s.args.problem.static_key_exponents = static_cast<const int8_t*>(fake_device(14));
+         s.args.problem.static_value_exponents = static_cast<const int8_t*>(fake_device(15));
+         s.args.quantize = FLAMIA_QUANTIZE_FUSED;
+       },
+       FLAMIA_ERROR_UNSUPPORTED,
+       {"FLAMIA_QUANTIZE_FUSED with FLAMIA_SCALE_STATIC"}},
       {"SavedOperandsAreValid",
        [](ForwardSetup& s) {
          s.use_saved_operands();

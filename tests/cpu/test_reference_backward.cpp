@@ -85,8 +85,8 @@ NaiveGradients naive_backward(const Problem& p, const Inputs& in, const ForwardR
             dp += dec(bwd.d_o.value(i, h, d)) * dec(fwd.v.value(j, g, d));
           }
           const int ev = fwd.v.exponent(j, g);
-          const float t = std::fmaf(float(s) * exp2_int(fwd.k.exponent(j, g)),
-                                    c * exp2_int(fwd.q.exponent(i, h)), float(ev));
+          const float factor = c * exp2_int(fwd.q.exponent(i, h)) * exp2_int(fwd.k.exponent(j, g));
+          const float t = std::fmaf(float(s), factor, float(ev));
           const float e = exp2f(t - m + 8.0f);
           p_hat[i - q0][j - k0] = e4m3_encode(e);
           const float prob = e4m3_decode(p_hat[i - q0][j - k0]) * exp2_int(-ev) / l;
@@ -140,7 +140,7 @@ NaiveGradients naive_backward(const Problem& p, const Inputs& in, const ForwardR
 }
 
 TEST(ReferenceBackward, MatchesTheContractWrittenOut) {
-  for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kBlock32})
+  for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kBlock32, ScaleMode::kStatic})
     for (bool causal : {true, false}) {
       // Documents long enough for several 64-query and 128-key blocks, starting off the grid.
       const Problem p = make_problem({1, 21, 0, 150}, 4, 2, 64, causal, mode);
@@ -187,7 +187,8 @@ TEST_P(ReferenceBackwardAccuracy, AgainstFloat64) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ReferenceBackwardAccuracy,
     ::testing::Combine(::testing::Values(64, 128, 256), ::testing::Values(1, 2, 4),
-                       ::testing::Values(ScaleMode::kExact, ScaleMode::kBlock32),
+                       ::testing::Values(ScaleMode::kExact, ScaleMode::kBlock32,
+                                         ScaleMode::kStatic),
                        ::testing::Bool()),
     [](const ::testing::TestParamInfo<BackwardParam>& info) {
       return "d" + std::to_string(std::get<0>(info.param)) + "_gqa" +

@@ -117,7 +117,8 @@ TEST_P(ReferenceForwardAccuracy, AgainstFloat64) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, ReferenceForwardAccuracy,
     ::testing::Combine(::testing::Values(64, 128, 256), ::testing::Values(1, 2, 4),
-                       ::testing::Values(ScaleMode::kExact, ScaleMode::kBlock32),
+                       ::testing::Values(ScaleMode::kExact, ScaleMode::kBlock32,
+                                         ScaleMode::kStatic),
                        ::testing::Bool()),
     [](const ::testing::TestParamInfo<ForwardParam>& info) {
       return "d" + std::to_string(std::get<0>(info.param)) + "_gqa" +

@@ -60,7 +60,13 @@ class ApiProblem {
         dq_(p.total_q(), p.heads_q, p.head_dim),
         dk_(p.total_k(), p.heads_kv, p.head_dim),
         dv_(p.total_k(), p.heads_kv, p.head_dim) {
-    problem_ = ref::api_problem(p, cu_q_.get(), cu_k_.get());
+    // scale mode static: the heads' K and V exponents on the device, K's first
+    std::vector<uint8_t> exponents(p.static_key_exponents.begin(), p.static_key_exponents.end());
+    exponents.insert(exponents.end(), p.static_value_exponents.begin(),
+                     p.static_value_exponents.end());
+    if (!exponents.empty()) static_exponents_ = DeviceBuffer<uint8_t>(exponents);
+    problem_ = ref::api_problem(p, cu_q_.get(), cu_k_.get(), nullptr,
+                                reinterpret_cast<const int8_t*>(static_exponents_.get()));
   }
 
   // The forward once (its O and stats feed every backward run); with `save`, it keeps its
@@ -155,6 +161,7 @@ class ApiProblem {
   DeviceBuffer<float> lse_, stats_;
   StridedOutput dq_, dk_, dv_;
   DeviceBuffer<uint8_t> saved_;
+  DeviceBuffer<uint8_t> static_exponents_;
 };
 
 flamia_precision api_precision(BackwardPrecision p) {
@@ -250,6 +257,8 @@ std::vector<BackwardCase> api_cases() {
       cases.push_back({tag + "_mha", {1, 17, 113, 0, 300, 1100}, {}, 2, 2, d, causal});
       cases.push_back(
           {tag + "_gqa4_block32", {130, 7, 700}, {}, 8, 2, d, causal, ScaleMode::kBlock32});
+      cases.push_back(
+          {tag + "_gqa4_static", {130, 7, 0, 700, 64, 1}, {}, 8, 2, d, causal, ScaleMode::kStatic});
     }
   BackwardCase bf16{"d128_causal_bf16grad", {1, 17, 113, 0, 900}, {}, 4, 2, 128, true};
   bf16.precision = BackwardPrecision::kFp8Bf16Grad;
@@ -263,6 +272,10 @@ std::vector<BackwardCase> api_cases() {
   bias.key_bias = 6.0f;
   bias.smoothing = KeySmoothing::kFirstKey;
   cases.push_back(bias);
+  BackwardCase bias_static = bias;
+  bias_static.name = "d128_keybias_smoothed_static";
+  bias_static.mode = ScaleMode::kStatic;
+  cases.push_back(bias_static);
   BackwardCase bias_plain = bias;
   bias_plain.name = "d128_keybias";
   bias_plain.smoothing = KeySmoothing::kNone;

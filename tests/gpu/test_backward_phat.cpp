@@ -57,6 +57,11 @@ ForwardRun run_forward_kernel(const ref::Problem& problem, const HostOperands& o
   DeviceBuffer<uint8_t> q_exp(exponent_bytes(ops.fwd.q.exponents)),
       k_exp(exponent_bytes(ops.fwd.k.exponents)), v_exp(exponent_bytes(ops.fwd.v.exponents));
   DeviceBuffer<float> lse_shift(ops.fwd.lse_shift);
+  // scale mode static: the forward without per-key factors, given the heads' exponents
+  std::vector<int8_t> static_exponents = problem.static_key_exponents;
+  static_exponents.insert(static_exponents.end(), problem.static_value_exponents.begin(),
+                          problem.static_value_exponents.end());
+  DeviceBuffer<uint8_t> static_exp(exponent_bytes(static_exponents));
   const size_t rows = size_t(problem.heads_q) * problem.total_q();
   DeviceBuffer<uint16_t> o(rows * problem.head_dim);
   DeviceBuffer<float> lse(rows), stats(rows * 2);
@@ -71,6 +76,10 @@ ForwardRun run_forward_kernel(const ref::Problem& problem, const HostOperands& o
   args.in.k = {k.get(), reinterpret_cast<int8_t*>(k_exp.get())};
   args.in.v_t = {v_t.get(), reinterpret_cast<int8_t*>(v_exp.get())};
   args.in.lse_shift = ops.fwd.lse_shift.empty() ? nullptr : lse_shift.get();
+  if (problem.scale_mode == ScaleMode::kStatic) {
+    args.static_key_exponents = reinterpret_cast<int8_t*>(static_exp.get());
+    args.static_value_exponents = args.static_key_exponents + problem.heads_kv;
+  }
   args.o = {o.get(), int64_t(problem.heads_q) * problem.head_dim, problem.head_dim};
   args.lse = lse.get();
   args.softmax_stats = stats.get();
@@ -149,7 +158,13 @@ std::vector<BackwardCase> cases() {
   BackwardCase packed_window{
       "d64_causal_packed_window9", {5, 17, 40, 3, 64, 1, 30, 200}, {}, 2, 1, 64, true};
   packed_window.sliding_window = 9;
-  return {causal, full, sink, packed, packed_full, window, packed_window};
+  // scale mode static: the forward's softmax without per-key factors (online_softmax.cuh)
+  BackwardCase causal_static{"d128_causal_static", {700, 17, 300}, {}, 2, 1, 128, true,
+                             ScaleMode::kStatic};
+  BackwardCase packed_static{"d64_full_packed_static", {9, 60, 2, 33, 1, 300}, {}, 2, 2, 64, false,
+                             ScaleMode::kStatic};
+  return {causal,        full,          sink,          packed,       packed_full, window,
+          packed_window, causal_static, packed_static};
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BackwardForwardProbabilityTest, ::testing::ValuesIn(cases()),

@@ -55,6 +55,11 @@ ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs
   DeviceBuffer<uint8_t> q_exp(to_bytes(ops.q.exponents)), k_exp(to_bytes(ops.k.exponents)),
       v_exp(to_bytes(ops.v.exponents));
   DeviceBuffer<float> lse_shift(ops.lse_shift);
+  // scale mode kStatic: the kernel without per-key factors reads the heads' exponents
+  std::vector<int8_t> static_exponents = problem.static_key_exponents;
+  static_exponents.insert(static_exponents.end(), problem.static_value_exponents.begin(),
+                          problem.static_value_exponents.end());
+  DeviceBuffer<uint8_t> static_exp(to_bytes(static_exponents));
   const int total = problem.total_q(), heads = problem.heads_q, dim = problem.head_dim;
   const int64_t token_stride = padded_output ? dim + kRowPadding : int64_t(heads) * dim;
   const int64_t head_stride = padded_output ? token_stride * total + kHeadGap : dim;
@@ -75,6 +80,10 @@ ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs
   args.in.k = {k.get(), reinterpret_cast<int8_t*>(k_exp.get())};
   args.in.v_t = {v_t.get(), reinterpret_cast<int8_t*>(v_exp.get())};
   args.in.lse_shift = ops.lse_shift.empty() ? nullptr : lse_shift.get();
+  if (problem.scale_mode == ScaleMode::kStatic) {
+    args.static_key_exponents = reinterpret_cast<int8_t*>(static_exp.get());
+    args.static_value_exponents = args.static_key_exponents + problem.heads_kv;
+  }
   args.o = {o.get(), token_stride, head_stride};
   args.lse = lse.get();
   args.softmax_stats = stats.get();
@@ -164,9 +173,9 @@ std::vector<ForwardCase> forward_cases() {
   const std::vector<int> awkward = {1, 17, 113, 0, 300, 2049};
   for (int d : {64, 128})
     for (bool causal : {true, false})
-      for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kBlock32}) {
-        const std::string tag = "d" + std::to_string(d) + (causal ? "_causal" : "_full") +
-                                (mode == ScaleMode::kExact ? "_exact" : "_block32");
+      for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kBlock32, ScaleMode::kStatic}) {
+        const std::string tag = "d" + std::to_string(d) + (causal ? "_causal" : "_full") + "_" +
+                                ref::scale_mode_name(mode);
         cases.push_back({tag + "_mha", awkward, 2, 2, d, causal, mode});
         cases.push_back({tag + "_gqa4", {130, 7, 700}, 8, 2, d, causal, mode});
       }
@@ -188,9 +197,11 @@ std::vector<ForwardCase> forward_cases() {
   // than them; both scale modes, GQA.
   for (int d : {64, 128})
     for (int window : {1, 17, 100, 128, 300, 5000}) {
-      ForwardCase c{
-          "d" + std::to_string(d) + "_window" + std::to_string(window), awkward, 8, 2, d, true,
-          window % 2 ? ScaleMode::kExact : ScaleMode::kBlock32};
+      ForwardCase c{"d" + std::to_string(d) + "_window" + std::to_string(window), awkward, 8, 2, d,
+                    true,
+                    window % 2                        ? ScaleMode::kExact
+                    : window == 128 || window == 5000 ? ScaleMode::kBlock32
+                                                      : ScaleMode::kStatic};
       c.sliding_window = window;
       cases.push_back(c);
     }
@@ -225,6 +236,17 @@ std::vector<ForwardCase> forward_cases() {
   cases.push_back({"d64_packed_full_block32", packed, 4, 1, 64, false, ScaleMode::kBlock32});
   cases.push_back({"d128_packed_full_exact_smoothed", packed, 2, 2, 128, false, ScaleMode::kExact,
                    KeySmoothing::kFirstKey, 2.0f});
+  // scale mode static: packed segments, causal and not; a key bias smoothed by the first key
+  cases.push_back({"d128_packed_causal_static", packed, 4, 2, 128, true, ScaleMode::kStatic});
+  cases.push_back({"d64_packed_full_static", packed, 4, 1, 64, false, ScaleMode::kStatic});
+  cases.push_back({"d128_keybias_smoothed_static", {1000, 600}, 2, 2, 128, true,
+                   ScaleMode::kStatic, KeySmoothing::kFirstKey, 6.0f});
+  {
+    ForwardCase c{"d128_window7_packed_static", {5, 64, 1, 33, 0, 17, 63, 2, 200, 9, 40}, 4, 2,
+                  128, true, ScaleMode::kStatic};
+    c.sliding_window = 7;
+    cases.push_back(c);
+  }
   // exact: every 8th token's values 2^-11 smaller. Their value exponents lie outside the
   // row-sum window of a tile's reference key (or, where the reference key is one of them,
   // everybody else's do), so l takes the FP32 fallback.

@@ -150,6 +150,47 @@ def test_causal_varlen_against_float64(head_dim, heads_q, heads_kv, scale_mode, 
     assert (result["lse"].double() - ref["lse"]).abs().max() <= LSE_F64_BOUND
 
 
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("keep_operands", ["1", "0"])
+def test_static_scales_against_float64_and_the_kept_operands(head_dim, causal, keep_operands,
+                                                             monkeypatch):
+    """scale_mode "static": K and V with one exponent per KV head (here from the data's amax,
+    as delayed scaling would give it), through both training paths (the forward keeping its
+    operands or not): accurate against float64, the same bits either way."""
+    monkeypatch.setenv("FLAMIA_KEEP_OPERANDS", keep_operands)
+    p = make(AWKWARD, heads_q=8, heads_kv=2, head_dim=head_dim)
+    amax = torch.stack([p[n].detach().abs().amax(dim=(0, 2)).float() for n in ("k", "v")])
+    exponents = torch.ceil(torch.log2(amax / 448.0)).to(torch.int8)
+    dout = torch.randn_like(p["q"])
+    result = run(p, dout, causal=causal, scale_mode="static", static_exponents=exponents)
+    ref = reference(p, dout, causal=causal)
+    assert_finite(result)
+    err = errors(result, ref)
+    assert err["out"] <= O_BOUND, err
+    for name in ("dq", "dk", "dv"):
+        assert err[name] <= GRAD_BOUND, err
+    monkeypatch.setenv("FLAMIA_KEEP_OPERANDS", "1" if keep_operands == "0" else "0")
+    again = run(p, dout, causal=causal, scale_mode="static", static_exponents=exponents)
+    for name in ("out", "lse", "dq", "dk", "dv"):
+        assert torch.equal(again[name], result[name]), name
+
+
+def test_static_scales_saturate_as_documented():
+    """Values beyond 448 * 2^e saturate to 448 * 2^e (satfinite): an exponent too small for V
+    clips O, and a larger one does not."""
+    p = make([1] * 64 + [5] * 40, heads_q=2, heads_kv=2, head_dim=64, requires_grad=False)
+    ref = reference(p, None, causal=True)
+    fits = torch.full((2, 2), -3, dtype=torch.int8, device=DEVICE)  # |x| <= 56
+    clipped = fits.clone()
+    clipped[1] = -9  # V limited to 448 * 2^-9 = 0.875
+    good = run(p, causal=True, scale_mode="static", static_exponents=fits)
+    bad = run(p, causal=True, scale_mode="static", static_exponents=clipped)
+    assert rel_l2(good["out"], ref["out"]) <= O_BOUND
+    assert rel_l2(bad["out"], ref["out"]) > 2 * O_BOUND
+    assert bad["out"].abs().max() <= 0.875
+
+
 @pytest.mark.parametrize("seqlens_q, seqlens_k", [
     ([5, 17, 0, 64, 3], [9, 1, 33, 128, 0]),  # the last document has queries but no key
     ([3, 40, 1, 7, 60, 2], [10, 5, 64, 1, 0, 30]),  # packed short ones, one without keys
