@@ -163,7 +163,9 @@ def test_static_scales_against_float64_and_the_kept_operands(head_dim, causal, k
     amax = torch.stack([p[n].detach().abs().amax(dim=(0, 2)).float() for n in ("k", "v")])
     exponents = torch.ceil(torch.log2(amax / 448.0)).to(torch.int8)
     dout = torch.randn_like(p["q"])
-    result = run(p, dout, causal=causal, scale_mode="static", static_exponents=exponents)
+    # deterministic: dQ's atomic additions would differ in their last bits between any two runs
+    result = run(p, dout, causal=causal, scale_mode="static", static_exponents=exponents,
+                 deterministic=True)
     ref = reference(p, dout, causal=causal)
     assert_finite(result)
     err = errors(result, ref)
@@ -171,7 +173,8 @@ def test_static_scales_against_float64_and_the_kept_operands(head_dim, causal, k
     for name in ("dq", "dk", "dv"):
         assert err[name] <= GRAD_BOUND, err
     monkeypatch.setenv("FLAMIA_KEEP_OPERANDS", "1" if keep_operands == "0" else "0")
-    again = run(p, dout, causal=causal, scale_mode="static", static_exponents=exponents)
+    again = run(p, dout, causal=causal, scale_mode="static", static_exponents=exponents,
+                deterministic=True)
     for name in ("out", "lse", "dq", "dk", "dv"):
         assert torch.equal(again[name], result[name]), name
 
