@@ -81,11 +81,11 @@ struct ConsumerRows {
 // fused quantization, whose producer leaves the two fused staging slots unused.
 // kStaticScales: scale mode kStatic (softmax_row_static: no per-key factors in the softmax).
 template <int kHeadDim, bool kDebugProbabilities, bool kSegment, bool kStagedOutput,
-          bool kStaticScales>
-__device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
+          bool kStaticScales, typename Storage>
+__device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& smem,
                                               const WorkItem& w, const ConsumerRows& rows,
                                               int index, int item_count, int& iteration) {
-  using Tile = ForwardTile<kHeadDim>;
+  using Tile = typename Storage::Tile;
   constexpr int kBlockN = Tile::kBlockN;
   const int lane = rows.lane;
   const int tile_row0 = rows.tile_row0;
@@ -103,20 +103,13 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
     state.row_max[r] = -INFINITY;
     state.row_sum[r] = 0.0f;
   }
-  // Scale mode kStatic: the head's key scale folds into each row's factor (the product
-  // score_exponent forms per element), once per item, and each row's keys are clamped to the
-  // document (its tiles' keys outside it are masked by these ranges instead of by their factors).
-  [[maybe_unused]] float static_value_exponent = 0.0f;
-  if constexpr (kStaticScales) {
-    const float key_scale = exp2_int(static_scale_exponent(p.static_key_exp[w.kv_head]));
-    static_value_exponent = float(static_scale_exponent(p.static_value_exp[w.kv_head]));
+  // Scale mode kStatic: a segment's rows' keys clamped to the document (its tiles' keys outside
+  // it are masked by these ranges instead of by their factors; a document item's are formed per
+  // tile from the row, static_document_keys).
+  if constexpr (kStaticScales && kSegment) {
 #pragma unroll
-    for (int r = 0; r < kRowsPerThread; ++r) {
-      state.row_factor[r] = __fmul_rn(state.row_factor[r], key_scale);
-      // a document item's ranges are causal ones (document_row_keys): non-causal rows see all
-      const int last = kSegment || p.causal != 0 ? row_keys[r].last : w.geo.k_len - 1;
-      row_keys[r] = {max(row_keys[r].first, 0), min(last, w.geo.k_len - 1)};
-    }
+    for (int r = 0; r < kRowsPerThread; ++r)
+      row_keys[r] = {max(row_keys[r].first, 0), min(row_keys[r].last, w.geo.k_len - 1)};
   }
   // O accumulator, then this tile's row-sum registers (zeroed before each P̂·V̂ MMA).
   float acc[Tile::kAccumulatorRegisters];
@@ -133,21 +126,26 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
     if (n == w.geo.n_tiles - 1) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
     const KeyPairFactors* factors = smem.factors[stage];
     const int first_key_local = w.geo.k_tile_base + n * kBlockN - w.geo.k_start;
+    const int reference = first_key_local < 0 ? -first_key_local : 0;  // first document key
     if constexpr (kStaticScales) {
+      // every document key's factors are the head's: those of the tile's first one
+      const float key_scale = factors[reference / 2].key_scale[reference & 1];
+      const float value_exponent = factors[reference / 2].value_exponent[reference & 1];
       const bool edge = first_key_local < 0 || first_key_local + kBlockN > w.geo.k_len ||
                         n >= w.geo.causal_from;
       if (kSegment) {  // all on the MUFU, as below
         static_scores_to_probabilities<kBlockN, KeyMask::kRowRange>(
-            s, state, ratio, state.row_factor, static_value_exponent, lane, first_key_local,
-            row_keys);
-      } else if (edge) {
-        static_scores_to_probabilities<kBlockN, KeyMask::kRowRange, Tile::kPolynomialExpEvery>(
-            s, state, ratio, state.row_factor, static_value_exponent, lane, first_key_local,
-            row_keys);
+            s, state, ratio, key_scale, value_exponent, lane, first_key_local, row_keys);
+      } else if (edge) {  // each row's last key and the document's first
+        // (document_row_keys' are causal: a non-causal row sees the whole document)
+        const RowKeyRange keys[kRowsPerThread] = {
+            {0, min(p.causal != 0 ? row_local[0] : w.geo.k_len - 1, w.geo.k_len - 1)},
+            {0, min(p.causal != 0 ? row_local[1] : w.geo.k_len - 1, w.geo.k_len - 1)}};
+        static_scores_to_probabilities<kBlockN, KeyMask::kCausal, Tile::kPolynomialExpEvery>(
+            s, state, ratio, key_scale, value_exponent, lane, first_key_local, keys);
       } else {
         static_scores_to_probabilities<kBlockN, KeyMask::kNone, Tile::kPolynomialExpEvery>(
-            s, state, ratio, state.row_factor, static_value_exponent, lane, first_key_local,
-            row_keys);
+            s, state, ratio, key_scale, value_exponent, lane, first_key_local, row_keys);
       }
     } else if constexpr (kSegment) {  // all on the MUFU: a column's place depends on the packing
       softmax_scores_to_probabilities<kBlockN, KeyMask::kRowRange>(s, state, ratio, factors, lane,
@@ -160,7 +158,6 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
           s, state, ratio, factors, lane, first_key_local, row_keys);
     }
     probabilities_to_operand<kBlockN>(s, a);
-    const int reference = first_key_local < 0 ? -first_key_local : 0;  // first document key
     reference_inv_value_scale = factors[reference / 2].inv_value_scale[reference & 1];
     const uint4 fallback = *reinterpret_cast<const uint4*>(smem.row_sum_fallback[stage]);
     if (fallback.x | fallback.y | fallback.z | fallback.w)
@@ -203,7 +200,9 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
   if (threadIdx.x % kWarpgroupThreads == 0 && tile_row0 < 2 * kRowsPerConsumer)
     timeline::stamp(index, 1 + 3 * (tile_row0 / kRowsPerConsumer));
   if constexpr (kStagedOutput) {
-    uint8_t* staging = smem.fused_stage[item_count % 2] + tile_row0 * kHeadDim * 2;
+    uint8_t* staging = smem.fused_stage[item_count % Tile::kOutputStagingSlots] +
+                       tile_row0 * kHeadDim * 2;
+    if constexpr (Tile::kOutputStagingSlots == 1) __syncwarp();  // the warp's previous copy read
     write_outputs_staged<kHeadDim, Tile::kOutRegisters>(
         p, w, acc, state, row_local, lane, tile_row0, rows.thread_row0 - tile_row0, staging);
   } else {
@@ -215,10 +214,10 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, SharedStor
 // kWindowed: the kernel for a sliding window, whose items may need per-row key ranges.
 // kStaticScales: scale mode kStatic (run_work_item).
 template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize, bool kWindowed,
-          bool kStaticScales>
-__device__ __forceinline__ void run_consumer(const ForwardParams& p, SharedStorage<kHeadDim>& smem,
+          bool kStaticScales, typename Storage>
+__device__ __forceinline__ void run_consumer(const ForwardParams& p, Storage& smem,
                                              int consumer) {
-  using Tile = ForwardTile<kHeadDim>;
+  using Tile = typename Storage::Tile;
   hopper::warpgroup_registers_increase<
       kFusedQuantize                  ? Tile::kFusedConsumerRegisters
       : kStaticScales && !kWindowed ? Tile::kStaticConsumerRegisters

@@ -7,16 +7,17 @@
 
 namespace flamia::forward {
 
-template <int kHeadDim>
+template <int kHeadDim, bool kStaticScales = false>
 constexpr size_t forward_shared_bytes() {
-  return sizeof(SharedStorage<kHeadDim>) + 1024;  // + alignment slack of dynamic shared memory
+  // + alignment slack of dynamic shared memory
+  return sizeof(SharedStorage<kHeadDim, kStaticScales>) + 1024;
 }
 
 // q_full: every producer thread arrives (after writing the item's rows; the TMA thread with the
 // Q tile's bytes).
-template <int kHeadDim>
-__device__ __forceinline__ void init_barriers(SharedStorage<kHeadDim>& smem) {
-  using Tile = ForwardTile<kHeadDim>;
+template <typename Storage>
+__device__ __forceinline__ void init_barriers(Storage& smem) {
+  using Tile = typename Storage::Tile;
   for (int b = 0; b < Tile::kQBuffers; ++b) {
     hopper::mbarrier_init(&smem.q_full[b], kWarpgroupThreads);
     hopper::mbarrier_init(&smem.q_empty[b], Tile::kConsumerThreads);
@@ -37,14 +38,15 @@ __device__ __forceinline__ void init_barriers(SharedStorage<kHeadDim>& smem) {
 // consumers' softmax.
 template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize, bool kWindowed,
           bool kStaticScales = false>
-__global__ void __launch_bounds__(ForwardTile<kHeadDim>::kThreads, 1)
+__global__ void __launch_bounds__(ForwardTile<kHeadDim, kStaticScales>::kThreads, 1)
     forward_kernel(const __grid_constant__ ForwardParams params) {
   extern __shared__ uint8_t shared_raw[];
   // Align by offsetting the __shared__ array itself (not through an integer cast), so the
   // compiler keeps the shared address space and emits LDS/STS rather than generic loads.
   const uint32_t misalignment = hopper::smem_addr(shared_raw) & 1023u;
   auto& smem =
-      *reinterpret_cast<SharedStorage<kHeadDim>*>(shared_raw + ((1024u - misalignment) & 1023u));
+      *reinterpret_cast<SharedStorage<kHeadDim, kStaticScales>*>(shared_raw +
+                                                                  ((1024u - misalignment) & 1023u));
   if (threadIdx.x == 0) init_barriers(smem);
   __syncthreads();
   if (params.device_status && *params.device_status != 0) return;

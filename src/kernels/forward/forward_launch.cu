@@ -10,9 +10,9 @@ namespace {
 using forward::ForwardParams;
 using forward::ForwardTile;
 
-template <int kHeadDim>
+template <int kHeadDim, bool kStaticScales>
 cudaError_t make_maps(const ForwardKernelArgs& args, ForwardParams* params) {
-  using Tile = ForwardTile<kHeadDim>;
+  using Tile = ForwardTile<kHeadDim, kStaticScales>;  // Q's box is the tile's query rows
   const PackedShape& s = args.shape;
   const char* what = nullptr;
   hopper::TensorMapSpec q;
@@ -73,16 +73,42 @@ auto kernel_for(bool debug_p_hat, bool windowed) {
                                  : forward_kernel<kHeadDim, false, false, false, kStaticScales>);
 }
 
+// The kernel of the tile configuration (scale mode kStatic's or the others'): its tensor maps,
+// the plan of its query tiles, and the launch. `params` holds everything else.
+template <int kHeadDim, bool kStaticScales>
+cudaError_t launch_tile(const ForwardKernelArgs& args, ForwardParams params, cudaStream_t stream) {
+  using Tile = ForwardTile<kHeadDim, kStaticScales>;
+  const PackedShape& s = args.shape;
+  const bool fused = args.fused.enabled;
+  cudaError_t err = fused ? cudaSuccess : make_maps<kHeadDim, kStaticScales>(args, &params);
+  if (err != cudaSuccess) return err;
+  err = forward::launch_schedule_plan(s, Tile::kBlockM, Tile::kBlockN, args.device_status,
+                                      args.scheduler_workspace, stream);
+  if (err != cudaSuccess) return err;
+  constexpr size_t kShared = forward::forward_shared_bytes<kHeadDim, kStaticScales>();
+  const bool windowed = params.sliding_window > 0;  // (the fused path has no window: validated)
+  auto kernel = kernel_for<kHeadDim, kStaticScales>(args.debug_p_hat != nullptr, windowed);
+  if constexpr (kHeadDim == 128 && !kStaticScales) {
+    if (fused) kernel = forward::forward_kernel<kHeadDim, false, true, false>;
+  }
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
+  if (err != cudaSuccess) return err;
+  const int64_t max_items = forward::max_work_items(s, Tile::kBlockM);
+  const int grid = int(max_items < multiprocessor_count() ? max_items : multiprocessor_count());
+  kernel<<<grid, Tile::kThreads, kShared, stream>>>(params);
+  return cudaGetLastError();
+}
+
 template <int kHeadDim>
 cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stream) {
-  using Tile = ForwardTile<kHeadDim>;
   const PackedShape& s = args.shape;
   ForwardParams params{};
   const bool fused = args.fused.enabled;
   if (fused && (args.debug_p_hat || !forward_supports_fused_quantize(kHeadDim)))
     return cudaErrorInvalidValue;  // no such instantiation
-  cudaError_t err = fused ? cudaSuccess : make_maps<kHeadDim>(args, &params);
-  if (err != cudaSuccess) return err;
+  const bool static_scales = args.static_key_exponents != nullptr;
+  if (static_scales && (fused || args.static_value_exponents == nullptr))
+    return cudaErrorInvalidValue;  // no such instantiation (validated: static is not fused)
   params.fused_q = args.fused.q;
   params.fused_k = args.fused.k;
   params.fused_v = args.fused.v;
@@ -109,34 +135,19 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   params.softmax_stats = args.softmax_stats;
   params.device_status = args.device_status;
   params.schedule = forward::schedule_view(args.scheduler_workspace);
-
-  err = forward::launch_schedule_plan(s, Tile::kBlockM, Tile::kBlockN, args.device_status,
-                                      args.scheduler_workspace, stream);
-  if (err != cudaSuccess) return err;
-
-  constexpr size_t kShared = forward::forward_shared_bytes<kHeadDim>();
   params.debug_p_hat = args.debug_p_hat;
-  const bool windowed = params.sliding_window > 0;  // (the fused path has no window: validated)
-  const bool static_scales = args.static_key_exponents != nullptr;
-  if (static_scales && (fused || args.static_value_exponents == nullptr))
-    return cudaErrorInvalidValue;  // no such instantiation (validated: static is not fused)
-  auto kernel = kernel_for<kHeadDim, false>(args.debug_p_hat != nullptr, windowed);
-  if (static_scales) kernel = kernel_for<kHeadDim, true>(args.debug_p_hat != nullptr, windowed);
-  if constexpr (kHeadDim == 128) {
-    if (fused) kernel = forward::forward_kernel<kHeadDim, false, true, false>;
-  }
-  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
-  if (err != cudaSuccess) return err;
-  const int64_t max_items = forward::max_work_items(s, Tile::kBlockM);
-  const int grid = int(max_items < multiprocessor_count() ? max_items : multiprocessor_count());
-  kernel<<<grid, Tile::kThreads, kShared, stream>>>(params);
-  return cudaGetLastError();
+  return static_scales ? launch_tile<kHeadDim, true>(args, params, stream)
+                       : launch_tile<kHeadDim, false>(args, params, stream);
 }
 
 }  // namespace
 
 size_t forward_scheduler_workspace_bytes(const PackedShape& shape) {
-  // the plan of the head dim's query tiles (an unsupported head dim fails at launch)
+  // the plan of the head dim's query tiles (an unsupported head dim fails at launch): sized for
+  // the tile with the fewest rows (scale mode kStatic's has as many or more)
+  static_assert(ForwardTile<128, true>::kBlockM >= ForwardTile<128>::kBlockM &&
+                    ForwardTile<64, true>::kBlockM >= ForwardTile<64>::kBlockM,
+                "the static tiles' plans fit the workspace");
   const int block_m = shape.head_dim == 64 ? ForwardTile<64>::kBlockM : ForwardTile<128>::kBlockM;
   return forward::schedule_workspace_bytes(shape, block_m);
 }

@@ -108,18 +108,19 @@ __device__ __forceinline__ void softmax_row(float (&s)[kBlockN / 2], RowState& s
 }
 
 // softmax_row for scale mode kStatic, whose keys share one K and one V exponent per head: t =
-// fma(S, (c 2^eq_i) 2^ek, ev) with the factor formed once per row (`row_factor`, the same FP32
-// product score_exponent forms per element) and no per-key factors read. Keys outside the
-// document are masked by the row's key range (`keys`, within [0, k_len)) in the tiles that hold
-// any (kMask = kRowRange; the per-key path masks them by ev = -inf instead).
+// fma(S, (c 2^eq_i) 2^ek, ev) with the factor formed once per row and tile (`row_factor`, the
+// same FP32 product score_exponent forms per element) and no per-key factors read. Keys outside
+// the document are masked by the rows' key ranges in the tiles that hold any (the per-key path
+// masks them by ev = -inf instead): kRowRange (segments) by each row's [first, last], kCausal
+// by each row's last and the tile's first document key `lead` (tile-relative; <= 0 when the
+// tile starts inside the document).
 template <int kBlockN, KeyMask kMask, int kRow, int kPolynomialEvery = 0>
 __device__ __forceinline__ void softmax_row_static(float (&s)[kBlockN / 2], RowState& state,
                                                    float& ratio, float row_factor,
                                                    float value_exponent, int lane,
                                                    int first_key_local, const RowKeyRange& keys) {
-  static_assert(kMask != KeyMask::kCausal, "static tiles mask by row ranges");
   const int upper = keys.last - first_key_local - 2 * (lane & 3);
-  const int lower = keys.first - first_key_local - 2 * (lane & 3);
+  const int lower = (kMask == KeyMask::kRowRange ? keys.first : 0) - first_key_local - 2 * (lane & 3);
   float m_even = -INFINITY, m_odd = -INFINITY;
 #pragma unroll
   for (int c = 0; c < kBlockN / 8; ++c) {
@@ -128,7 +129,7 @@ __device__ __forceinline__ void softmax_row_static(float (&s)[kBlockN / 2], RowS
       const int i = 4 * c + 2 * kRow + h;
       float t = __fmaf_rn(s[i], row_factor, value_exponent);
       const int col_off = 8 * c + h;
-      if constexpr (kMask == KeyMask::kRowRange) {
+      if constexpr (kMask != KeyMask::kNone) {
         if (col_off > upper || col_off < lower) t = -INFINITY;
       }
       s[i] = t;
@@ -171,20 +172,20 @@ __device__ __forceinline__ void softmax_scores_to_probabilities(
                                                    first_key_local, rows[1]);
 }
 
-// The same for scale mode kStatic (softmax_row_static): `row_factor` per row (c 2^eq 2^ek), the
-// head's value exponent, and each row's keys within the document.
+// The same for scale mode kStatic (softmax_row_static): the rows' factors c 2^eq times the
+// head's key scale, the head's value exponent, and each row's keys within the document.
 template <int kBlockN, KeyMask kMask, int kPolynomialEvery = 0>
 __device__ __forceinline__ void static_scores_to_probabilities(
-    float (&s)[kBlockN / 2], RowState& state, float (&ratio)[kRowsPerThread],
-    const float (&row_factor)[kRowsPerThread], float value_exponent, int lane, int first_key_local,
+    float (&s)[kBlockN / 2], RowState& state, float (&ratio)[kRowsPerThread], float key_scale,
+    float value_exponent, int lane, int first_key_local,
     const RowKeyRange (&rows)[kRowsPerThread]) {
   static_assert(kRowsPerThread == 2, "rows 0 and 1");
-  softmax_row_static<kBlockN, kMask, 0, kPolynomialEvery>(s, state, ratio[0], row_factor[0],
-                                                          value_exponent, lane, first_key_local,
-                                                          rows[0]);
-  softmax_row_static<kBlockN, kMask, 1, kPolynomialEvery>(s, state, ratio[1], row_factor[1],
-                                                          value_exponent, lane, first_key_local,
-                                                          rows[1]);
+  softmax_row_static<kBlockN, kMask, 0, kPolynomialEvery>(
+      s, state, ratio[0], __fmul_rn(state.row_factor[0], key_scale), value_exponent, lane,
+      first_key_local, rows[0]);
+  softmax_row_static<kBlockN, kMask, 1, kPolynomialEvery>(
+      s, state, ratio[1], __fmul_rn(state.row_factor[1], key_scale), value_exponent, lane,
+      first_key_local, rows[1]);
 }
 
 template <int kRegisters>

@@ -26,11 +26,11 @@ constexpr int kKeysPerProducerThread = 1;  // key tile / producer threads (stati
 // window a row may not see it: the split then depends on an earlier key outside the row's window,
 // never on a later one, and the masked keys add exact zeros either way.)
 // `exponents.key(j)` / `.value(j)`: the exponents of the tile's key j (inside the document).
-template <int kHeadDim, typename Exponents>
+template <int kHeadDim, typename Exponents, typename Storage>
 __device__ __forceinline__ uint8_t write_key_factors(const WorkItem& w, int key_tile_start,
-                                                     const Exponents& exponents,
-                                                     SharedStorage<kHeadDim>& smem, int stage) {
-  using Tile = ForwardTile<kHeadDim>;
+                                                     const Exponents& exponents, Storage& smem,
+                                                     int stage) {
+  using Tile = typename Storage::Tile;
   static_assert(Tile::kBlockN == kKeysPerProducerThread * kWarpgroupThreads, "one key a thread");
   const int j = threadIdx.x % kWarpgroupThreads;
   const int key = key_tile_start + j;
@@ -62,11 +62,11 @@ __device__ __forceinline__ uint8_t write_key_factors(const WorkItem& w, int key_
 // for the consumers (a segment's row sees its own document's keys), and, when `exponents` is
 // set, each row's exponent from the quantize pass (0 past the item's rows). All producer
 // threads, before they arrive on q_full.
-template <int kHeadDim>
+template <int kHeadDim, typename Storage>
 __device__ __forceinline__ void write_item_rows(const ForwardParams& p, const WorkItem& w,
-                                                SharedStorage<kHeadDim>& smem, int buffer,
+                                                Storage& smem, int buffer,
                                                 bool exponents, int window = 0) {
-  using Tile = ForwardTile<kHeadDim>;
+  using Tile = typename Storage::Tile;
   const int tid = threadIdx.x % kWarpgroupThreads;
   if (tid == 0) smem.item[buffer] = w;
   for (int row = tid; row < Tile::kBlockM; row += kWarpgroupThreads) {
@@ -120,10 +120,9 @@ __device__ __forceinline__ void write_row_sum_rows(uint8_t row_sum_byte, uint8_t
 }
 
 // kWindowed: the sliding-window kernel's producer (the others compile the window away).
-template <int kHeadDim, bool kWindowed>
-__device__ __forceinline__ void run_producer(const ForwardParams& p,
-                                             SharedStorage<kHeadDim>& smem) {
-  using Tile = ForwardTile<kHeadDim>;
+template <int kHeadDim, bool kWindowed, typename Storage>
+__device__ __forceinline__ void run_producer(const ForwardParams& p, Storage& smem) {
+  using Tile = typename Storage::Tile;
   hopper::warpgroup_registers_decrease<kWindowed ? Tile::kWindowedProducerRegisters
                                                  : Tile::kProducerRegisters>();
   const int window = kWindowed ? p.sliding_window : 0;

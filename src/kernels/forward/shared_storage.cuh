@@ -16,9 +16,9 @@ namespace flamia::forward {
 constexpr int kScaleBlockHalo = kBlock32Tokens;
 enum FusedAmaxWindow { kAmaxOfQ, kAmaxOfK, kAmaxOfV, kAmaxWindows };
 
-template <int kHeadDim>
+template <int kHeadDim, bool kStaticScales = false>
 struct alignas(1024) SharedStorage {
-  using Tile = ForwardTile<kHeadDim>;
+  using Tile = ForwardTile<kHeadDim, kStaticScales>;
   alignas(1024) uint8_t q[Tile::kQBuffers][Tile::kQTileBytes];
   alignas(1024) uint8_t k[Tile::kStages][Tile::kKTileBytes];
   alignas(1024) uint8_t vt[Tile::kStages][Tile::kVtSubtiles][Tile::kVtSubtileBytes];
@@ -31,9 +31,14 @@ struct alignas(1024) SharedStorage {
       (Tile::kBlockM > Tile::kBlockN ? Tile::kBlockM : Tile::kBlockN) + 2 * kScaleBlockHalo;
   // Fused quantization: two slots of BF16 rows (one tile's; fused_quantize.cuh). The other
   // kernels stage each work item's O tile in them, alternating (epilogue.cuh).
-  static constexpr int kStagedRows = Tile::kBlockM > Tile::kBlockN ? Tile::kBlockM : Tile::kBlockN;
+  // With one O staging slot (Tile::kOutputStagingSlots) the two slots together hold the O tile
+  // (kStatic's tile, never the fused kernel's).
+  static constexpr int kStagedRows =
+      Tile::kOutputStagingSlots == 1 ? Tile::kBlockM / 2
+                                     : (Tile::kBlockM > Tile::kBlockN ? Tile::kBlockM : Tile::kBlockN);
   alignas(128) uint8_t fused_stage[2][kStagedRows * kHeadDim * 2];
-  static_assert(kStagedRows >= Tile::kBlockM, "a slot holds a BF16 O tile");
+  static_assert(kStagedRows * (3 - Tile::kOutputStagingSlots) >= Tile::kBlockM,
+                "the slots hold a BF16 O tile");
   // Per Q buffer, written by the producer with the Q tile (write_item_rows): the work item, and
   // each query row's visible keys and exponent, so that a consumer's item starts with shared
   // memory reads instead of chains of dependent global loads.
