@@ -27,13 +27,14 @@ struct ForwardTile {
   // Consumers: the softmax is latency-bound (bench_forward_sol: two consumer warps per scheduler
   // leave the tensor cores, the MUFU and the issue slots each mostly idle), so more consumer
   // warps help where their registers fit: three at head dim 64 (192-row query tiles; +33% in
-  // bench_forward_sol, -26% forward time on longtail-d64-gqa), two at 128: with three, its
-  // consumers need 176 registers per thread to run without spills (ptxas; 64 score + 68
-  // accumulator registers) and 512 threads leave at most 152 beside a producer that does not
-  // spill. setmaxnreg only moves registers inside the CTA's launch allocation
-  // (kRegisterFile / kThreads per thread, in steps of 8).
-  // (Scale mode kStatic at head dim 128: three consumers at 160 registers beside a 32-register
-  // producer, no spills; the forward 19-22% faster end to end than exact's, session 29.)
+  // bench_forward_sol, -26% forward time on longtail-d64-gqa), two at 128 for the per-key
+  // softmax: with three its consumers spill within the 160 registers 512 threads leave (the
+  // per-key factors' loads in flight beside 64 score and 68 accumulator registers; measured
+  // 20-28% slower with the spills, session 29). Scale mode kStatic's softmax reads no per-key
+  // factors: three consumers at 160 registers beside a 32-register producer, no spills, the
+  // forward 19-22% faster end to end than exact's (session 29). setmaxnreg only moves
+  // registers inside the CTA's launch allocation (kRegisterFile / kThreads per thread, in steps
+  // of 8).
   static constexpr int kConsumerWarpgroups = kHeadDim == 64 || kStaticScales ? 3 : 2;
   static constexpr int kThreads = kWarpgroupThreads * (1 + kConsumerWarpgroups);
   static constexpr int kConsumerThreads = kWarpgroupThreads * kConsumerWarpgroups;
