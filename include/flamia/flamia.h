@@ -28,7 +28,7 @@ typedef enum flamia_status {
 } flamia_status;
 
 typedef enum flamia_scale_mode {
-  FLAMIA_SCALE_EXACT = 0,  /* one power-of-two scale per (token, head): exactly causal */
+  FLAMIA_SCALE_EXACT = 0,   /* one power-of-two scale per (token, head): exactly causal */
   FLAMIA_SCALE_BLOCK32 = 1, /* one per document-local block of 32 tokens (the MX layout) */
   FLAMIA_SCALE_STATIC = 2   /* Q per token as EXACT; K and V one caller-supplied power-of-two
                                scale per KV head (problem.static_*_exponents): exactly causal,

@@ -18,7 +18,7 @@ constexpr int kNumQuantizePaths = 3;
 constexpr size_t kDescriptionCapacity = 192;
 
 const char* const kScaleNames[kNumScaleModes] = {"exact scales", "block32 scales",
-                                                  "static key and value scales"};
+                                                 "static key and value scales"};
 const char* const kCausalNames[kNumCausal] = {"non-causal", "causal",
                                               "causal with a sliding window"};
 const char* const kSmoothingNames[kNumSmoothings] = {"no key smoothing", "first-key smoothing",

@@ -163,8 +163,8 @@ std::vector<BackwardCase> cases() {
                              ScaleMode::kStatic};
   BackwardCase packed_static{"d64_full_packed_static", {9, 60, 2, 33, 1, 300}, {}, 2, 2, 64, false,
                              ScaleMode::kStatic};
-  return {causal,        full,          sink,          packed,       packed_full, window,
-          packed_window, causal_static, packed_static};
+  return {causal, full,          sink,          packed,       packed_full,
+          window, packed_window, causal_static, packed_static};
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, BackwardForwardProbabilityTest, ::testing::ValuesIn(cases()),

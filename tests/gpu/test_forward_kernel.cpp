@@ -197,7 +197,11 @@ std::vector<ForwardCase> forward_cases() {
   // than them; both scale modes, GQA.
   for (int d : {64, 128})
     for (int window : {1, 17, 100, 128, 300, 5000}) {
-      ForwardCase c{"d" + std::to_string(d) + "_window" + std::to_string(window), awkward, 8, 2, d,
+      ForwardCase c{"d" + std::to_string(d) + "_window" + std::to_string(window),
+                    awkward,
+                    8,
+                    2,
+                    d,
                     true,
                     window % 2                        ? ScaleMode::kExact
                     : window == 128 || window == 5000 ? ScaleMode::kBlock32
@@ -239,11 +243,23 @@ std::vector<ForwardCase> forward_cases() {
   // scale mode static: packed segments, causal and not; a key bias smoothed by the first key
   cases.push_back({"d128_packed_causal_static", packed, 4, 2, 128, true, ScaleMode::kStatic});
   cases.push_back({"d64_packed_full_static", packed, 4, 1, 64, false, ScaleMode::kStatic});
-  cases.push_back({"d128_keybias_smoothed_static", {1000, 600}, 2, 2, 128, true,
-                   ScaleMode::kStatic, KeySmoothing::kFirstKey, 6.0f});
+  cases.push_back({"d128_keybias_smoothed_static",
+                   {1000, 600},
+                   2,
+                   2,
+                   128,
+                   true,
+                   ScaleMode::kStatic,
+                   KeySmoothing::kFirstKey,
+                   6.0f});
   {
-    ForwardCase c{"d128_window7_packed_static", {5, 64, 1, 33, 0, 17, 63, 2, 200, 9, 40}, 4, 2,
-                  128, true, ScaleMode::kStatic};
+    ForwardCase c{"d128_window7_packed_static",
+                  {5, 64, 1, 33, 0, 17, 63, 2, 200, 9, 40},
+                  4,
+                  2,
+                  128,
+                  true,
+                  ScaleMode::kStatic};
     c.sliding_window = 7;
     cases.push_back(c);
   }

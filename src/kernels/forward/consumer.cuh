@@ -131,8 +131,8 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
       // every document key's factors are the head's: those of the tile's first one
       const float key_scale = factors[reference / 2].key_scale[reference & 1];
       const float value_exponent = factors[reference / 2].value_exponent[reference & 1];
-      const bool edge = first_key_local < 0 || first_key_local + kBlockN > w.geo.k_len ||
-                        n >= w.geo.causal_from;
+      const bool edge =
+          first_key_local < 0 || first_key_local + kBlockN > w.geo.k_len || n >= w.geo.causal_from;
       if (kSegment) {  // all on the MUFU, as below
         static_scores_to_probabilities<kBlockN, KeyMask::kRowRange>(
             s, state, ratio, key_scale, value_exponent, lane, first_key_local, row_keys);
@@ -200,8 +200,8 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
   if (threadIdx.x % kWarpgroupThreads == 0 && tile_row0 < 2 * kRowsPerConsumer)
     timeline::stamp(index, 1 + 3 * (tile_row0 / kRowsPerConsumer));
   if constexpr (kStagedOutput) {
-    uint8_t* staging = smem.fused_stage[item_count % Tile::kOutputStagingSlots] +
-                       tile_row0 * kHeadDim * 2;
+    uint8_t* staging =
+        smem.fused_stage[item_count % Tile::kOutputStagingSlots] + tile_row0 * kHeadDim * 2;
     if constexpr (Tile::kOutputStagingSlots == 1) __syncwarp();  // the warp's previous copy read
     write_outputs_staged<kHeadDim, Tile::kOutRegisters>(
         p, w, acc, state, row_local, lane, tile_row0, rows.thread_row0 - tile_row0, staging);
@@ -215,13 +215,12 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
 // kStaticScales: scale mode kStatic (run_work_item).
 template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize, bool kWindowed,
           bool kStaticScales, typename Storage>
-__device__ __forceinline__ void run_consumer(const ForwardParams& p, Storage& smem,
-                                             int consumer) {
+__device__ __forceinline__ void run_consumer(const ForwardParams& p, Storage& smem, int consumer) {
   using Tile = typename Storage::Tile;
-  hopper::warpgroup_registers_increase<
-      kFusedQuantize                  ? Tile::kFusedConsumerRegisters
-      : kStaticScales && !kWindowed ? Tile::kStaticConsumerRegisters
-                                      : Tile::kConsumerRegisters>();
+  hopper::warpgroup_registers_increase<kFusedQuantize ? Tile::kFusedConsumerRegisters
+                                       : kStaticScales && !kWindowed
+                                           ? Tile::kStaticConsumerRegisters
+                                           : Tile::kConsumerRegisters>();
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32;
   const int lane = thread % 32;

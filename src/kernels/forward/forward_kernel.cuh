@@ -44,9 +44,8 @@ __global__ void __launch_bounds__(ForwardTile<kHeadDim, kStaticScales>::kThreads
   // Align by offsetting the __shared__ array itself (not through an integer cast), so the
   // compiler keeps the shared address space and emits LDS/STS rather than generic loads.
   const uint32_t misalignment = hopper::smem_addr(shared_raw) & 1023u;
-  auto& smem =
-      *reinterpret_cast<SharedStorage<kHeadDim, kStaticScales>*>(shared_raw +
-                                                                  ((1024u - misalignment) & 1023u));
+  auto& smem = *reinterpret_cast<SharedStorage<kHeadDim, kStaticScales>*>(
+      shared_raw + ((1024u - misalignment) & 1023u));
   if (threadIdx.x == 0) init_barriers(smem);
   __syncthreads();
   if (params.device_status && *params.device_status != 0) return;

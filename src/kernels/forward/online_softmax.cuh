@@ -120,7 +120,8 @@ __device__ __forceinline__ void softmax_row_static(float (&s)[kBlockN / 2], RowS
                                                    float value_exponent, int lane,
                                                    int first_key_local, const RowKeyRange& keys) {
   const int upper = keys.last - first_key_local - 2 * (lane & 3);
-  const int lower = (kMask == KeyMask::kRowRange ? keys.first : 0) - first_key_local - 2 * (lane & 3);
+  const int lower =
+      (kMask == KeyMask::kRowRange ? keys.first : 0) - first_key_local - 2 * (lane & 3);
   float m_even = -INFINITY, m_odd = -INFINITY;
 #pragma unroll
   for (int c = 0; c < kBlockN / 8; ++c) {

@@ -64,8 +64,8 @@ __device__ __forceinline__ uint8_t write_key_factors(const WorkItem& w, int key_
 // threads, before they arrive on q_full.
 template <int kHeadDim, typename Storage>
 __device__ __forceinline__ void write_item_rows(const ForwardParams& p, const WorkItem& w,
-                                                Storage& smem, int buffer,
-                                                bool exponents, int window = 0) {
+                                                Storage& smem, int buffer, bool exponents,
+                                                int window = 0) {
   using Tile = typename Storage::Tile;
   const int tid = threadIdx.x % kWarpgroupThreads;
   if (tid == 0) smem.item[buffer] = w;

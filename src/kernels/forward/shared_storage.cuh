@@ -34,10 +34,11 @@ struct alignas(1024) SharedStorage {
   // With one O staging slot (Tile::kOutputStagingSlots) the two slots together hold the O tile
   // (kStatic's tile, never the fused kernel's).
   static constexpr int kStagedRows =
-      Tile::kOutputStagingSlots == 1 ? Tile::kBlockM / 2
-                                     : (Tile::kBlockM > Tile::kBlockN ? Tile::kBlockM : Tile::kBlockN);
+      Tile::kOutputStagingSlots == 1
+          ? Tile::kBlockM / 2
+          : (Tile::kBlockM > Tile::kBlockN ? Tile::kBlockM : Tile::kBlockN);
   alignas(128) uint8_t fused_stage[2][kStagedRows * kHeadDim * 2];
-  static_assert(kStagedRows * (3 - Tile::kOutputStagingSlots) >= Tile::kBlockM,
+  static_assert(kStagedRows * (Tile::kOutputStagingSlots == 1 ? 2 : 1) >= Tile::kBlockM,
                 "the slots hold a BF16 O tile");
   // Per Q buffer, written by the producer with the Q tile (write_item_rows): the work item, and
   // each query row's visible keys and exponent, so that a consumer's item starts with shared
