@@ -29,14 +29,23 @@ float Fp8Tensor::dequantized(int t, int h, int d) const {
   return e4m3_decode(value(t, h, d)) * exp2_int(exponent(t, h));
 }
 
-Fp8Tensor quantize(const ElementSource& source, int tokens, int heads, int dim,
-                   const std::vector<TokenBlock>& blocks, ScaleRule rule) {
+namespace {
+
+Fp8Tensor zero_tensor(int tokens, int heads, int dim) {
   Fp8Tensor out;
   out.tokens = tokens;
   out.heads = heads;
   out.dim = dim;
   out.values.assign(size_t(tokens) * heads * dim, 0);
   out.exponents.assign(size_t(heads) * tokens, 0);
+  return out;
+}
+
+}  // namespace
+
+Fp8Tensor quantize(const ElementSource& source, int tokens, int heads, int dim,
+                   const std::vector<TokenBlock>& blocks, ScaleRule rule) {
+  Fp8Tensor out = zero_tensor(tokens, heads, dim);
   for (const TokenBlock& block : blocks) {
     for (int h = 0; h < heads; ++h) {
       float amax = 0.0f;
@@ -55,12 +64,7 @@ Fp8Tensor quantize(const ElementSource& source, int tokens, int heads, int dim,
 
 Fp8Tensor quantize_static(const ElementSource& source, int tokens, int heads, int dim,
                           const std::vector<int8_t>& head_exponents) {
-  Fp8Tensor out;
-  out.tokens = tokens;
-  out.heads = heads;
-  out.dim = dim;
-  out.values.assign(size_t(tokens) * heads * dim, 0);
-  out.exponents.assign(size_t(heads) * tokens, 0);
+  Fp8Tensor out = zero_tensor(tokens, heads, dim);
   for (int h = 0; h < heads; ++h) {
     const int e = static_scale_exponent(head_exponents[size_t(h)]);
     for (int t = 0; t < tokens; ++t) {

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "reference/attention_ref.h"
@@ -47,6 +48,20 @@ inline bool bitwise_equal(const std::vector<float>& a, const std::vector<float>&
 
 inline const char* mode_name(ScaleMode mode) {
   return scale_mode_name(mode);
+}
+
+// The reference accuracy tests' shapes: (head dim, GQA ratio, scale mode, causal).
+using AccuracyShape = std::tuple<int, int, ScaleMode, bool>;
+inline auto accuracy_shapes() {
+  return ::testing::Combine(
+      ::testing::Values(64, 128, 256), ::testing::Values(1, 2, 4),
+      ::testing::Values(ScaleMode::kExact, ScaleMode::kBlock32, ScaleMode::kStatic),
+      ::testing::Bool());
+}
+inline std::string accuracy_shape_name(const ::testing::TestParamInfo<AccuracyShape>& info) {
+  return "d" + std::to_string(std::get<0>(info.param)) + "_gqa" +
+         std::to_string(std::get<1>(info.param)) + "_" + mode_name(std::get<2>(info.param)) +
+         (std::get<3>(info.param) ? "_causal" : "_full");
 }
 
 }  // namespace flamia::ref::test

@@ -158,7 +158,7 @@ TEST(ReferenceBackward, MatchesTheContractWrittenOut) {
 
 // ---- accuracy against float64
 // --------------------------------------------------------------------
-using BackwardParam = std::tuple<int, int, ScaleMode, bool>;
+using BackwardParam = test::AccuracyShape;
 class ReferenceBackwardAccuracy : public ::testing::TestWithParam<BackwardParam> {};
 
 TEST_P(ReferenceBackwardAccuracy, AgainstFloat64) {
@@ -184,19 +184,8 @@ TEST_P(ReferenceBackwardAccuracy, AgainstFloat64) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, ReferenceBackwardAccuracy,
-                         ::testing::Combine(::testing::Values(64, 128, 256),
-                                            ::testing::Values(1, 2, 4),
-                                            ::testing::Values(ScaleMode::kExact,
-                                                              ScaleMode::kBlock32,
-                                                              ScaleMode::kStatic),
-                                            ::testing::Bool()),
-                         [](const ::testing::TestParamInfo<BackwardParam>& info) {
-                           return "d" + std::to_string(std::get<0>(info.param)) + "_gqa" +
-                                  std::to_string(std::get<1>(info.param)) + "_" +
-                                  test::mode_name(std::get<2>(info.param)) +
-                                  (std::get<3>(info.param) ? "_causal" : "_full");
-                         });
+INSTANTIATE_TEST_SUITE_P(Shapes, ReferenceBackwardAccuracy, test::accuracy_shapes(),
+                         test::accuracy_shape_name);
 
 TEST(ReferenceBackward, LongDocumentOneHead) {
   const Problem p = make_problem({2049}, 1, 1, 128, true);

@@ -87,7 +87,7 @@ TEST(ReferenceForward, MatchesTheContractRowByRow) {
 }
 
 // head dim x GQA ratio x scale mode x causal
-using ForwardParam = std::tuple<int, int, ScaleMode, bool>;
+using ForwardParam = test::AccuracyShape;
 class ReferenceForwardAccuracy : public ::testing::TestWithParam<ForwardParam> {};
 
 TEST_P(ReferenceForwardAccuracy, AgainstFloat64) {
@@ -114,19 +114,8 @@ TEST_P(ReferenceForwardAccuracy, AgainstFloat64) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, ReferenceForwardAccuracy,
-                         ::testing::Combine(::testing::Values(64, 128, 256),
-                                            ::testing::Values(1, 2, 4),
-                                            ::testing::Values(ScaleMode::kExact,
-                                                              ScaleMode::kBlock32,
-                                                              ScaleMode::kStatic),
-                                            ::testing::Bool()),
-                         [](const ::testing::TestParamInfo<ForwardParam>& info) {
-                           return "d" + std::to_string(std::get<0>(info.param)) + "_gqa" +
-                                  std::to_string(std::get<1>(info.param)) + "_" +
-                                  test::mode_name(std::get<2>(info.param)) +
-                                  (std::get<3>(info.param) ? "_causal" : "_full");
-                         });
+INSTANTIATE_TEST_SUITE_P(Shapes, ReferenceForwardAccuracy, test::accuracy_shapes(),
+                         test::accuracy_shape_name);
 
 // Tokens [begin, end) of a tensor as a tensor of their own.
 HostTensor token_slice(const HostTensor& t, int begin, int end) {

@@ -44,6 +44,33 @@ __host__ __device__ constexpr bool uses_exp2_polynomial(int c, int every) {
   return every > 0 && c % every == every - 1;
 }
 
+// The second half of a row's online softmax, once its t are in s and `m` is the thread's part
+// of their maximum: the row's new integer maximum (l rescaled here; `ratio`, old/new, rescales
+// the O accumulator in the caller once the MMA in flight on it has completed), then t -> p =
+// exp2(t - M + 8) in place.
+template <int kBlockN, int kRow, int kPolynomialEvery>
+__device__ __forceinline__ void exponentiate_row(float (&s)[kBlockN / 2], RowState& state,
+                                                 float& ratio, float m) {
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+  const float new_max = fmaxf(state.row_max[kRow], ceilf(m));
+  ratio = power_of_two_ratio(state.row_max[kRow], new_max);
+  state.row_sum[kRow] *= ratio;
+  state.row_max[kRow] = new_max;
+  const float offset = softmax_offset(new_max);
+#pragma unroll
+  for (int c = 0; c < kBlockN / 8; ++c) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int i = 4 * c + 2 * kRow + h;
+      if (uses_exp2_polynomial(c, kPolynomialEvery))
+        s[i] = unnormalized_probability_polynomial(s[i], offset);
+      else
+        s[i] = unnormalized_probability(s[i], offset);
+    }
+  }
+}
+
 // One accumulator row of the thread over a key tile: scores -> t, the new integer row maximum
 // (l rescaled here; `ratio`, old/new, rescales the O accumulator in the caller once the MMA in
 // flight on it has completed), then t -> p = exp2(t - M + 8) in place. No branch splits a
@@ -86,25 +113,7 @@ __device__ __forceinline__ void softmax_row(float (&s)[kBlockN / 2], RowState& s
       if (h == 1) m_odd = fmaxf(m_odd, t);
     }
   }
-  float m = fmaxf(m_even, m_odd);
-  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-  const float new_max = fmaxf(state.row_max[kRow], ceilf(m));
-  ratio = power_of_two_ratio(state.row_max[kRow], new_max);
-  state.row_sum[kRow] *= ratio;
-  state.row_max[kRow] = new_max;
-  const float offset = softmax_offset(new_max);
-#pragma unroll
-  for (int c = 0; c < kBlockN / 8; ++c) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int i = 4 * c + 2 * kRow + h;
-      if (uses_exp2_polynomial(c, kPolynomialEvery))
-        s[i] = unnormalized_probability_polynomial(s[i], offset);
-      else
-        s[i] = unnormalized_probability(s[i], offset);
-    }
-  }
+  exponentiate_row<kBlockN, kRow, kPolynomialEvery>(s, state, ratio, fmaxf(m_even, m_odd));
 }
 
 // softmax_row for scale mode kStatic, whose keys share one K and one V exponent per head: t =
@@ -138,25 +147,7 @@ __device__ __forceinline__ void softmax_row_static(float (&s)[kBlockN / 2], RowS
       if (h == 1) m_odd = fmaxf(m_odd, t);
     }
   }
-  float m = fmaxf(m_even, m_odd);
-  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-  const float new_max = fmaxf(state.row_max[kRow], ceilf(m));
-  ratio = power_of_two_ratio(state.row_max[kRow], new_max);
-  state.row_sum[kRow] *= ratio;
-  state.row_max[kRow] = new_max;
-  const float offset = softmax_offset(new_max);
-#pragma unroll
-  for (int c = 0; c < kBlockN / 8; ++c) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int i = 4 * c + 2 * kRow + h;
-      if (uses_exp2_polynomial(c, kPolynomialEvery))
-        s[i] = unnormalized_probability_polynomial(s[i], offset);
-      else
-        s[i] = unnormalized_probability(s[i], offset);
-    }
-  }
+  exponentiate_row<kBlockN, kRow, kPolynomialEvery>(s, state, ratio, fmaxf(m_even, m_odd));
 }
 
 // Scores of a key tile -> probabilities p (in place), both rows of the thread; `ratio`: each
