@@ -86,10 +86,18 @@ struct ProblemFuzz {
     } else if (choice == 9) {
       p.softmax_scale = pick(rng, kEdgeScales);
     } else if (choice == 10) {
-      if (rng() % 2)
-        set_raw_enum(p.scale_mode, pick(rng, kEdgeEnums));
-      else
-        set_raw_enum(p.key_smoothing, pick(rng, kEdgeEnums));
+      switch (rng() % 4) {
+        case 0:
+          set_raw_enum(p.scale_mode, pick(rng, kEdgeEnums));
+          break;
+        case 1:
+          set_raw_enum(p.key_smoothing, pick(rng, kEdgeEnums));
+          break;
+        default:  // scale mode static's exponent arrays, set or not, with or without the mode
+          if (rng() % 2) p.scale_mode = FLAMIA_SCALE_STATIC;
+          (rng() % 2 ? p.static_key_exponents : p.static_value_exponents) =
+              rng() % 2 ? nullptr : static_cast<const int8_t*>(fake_device(14));
+      }
     } else if (rng() % 2) {  // the cu_seqlens pointers, or their host copies
       (rng() % 2 ? p.cu_seqlens_q : p.cu_seqlens_k) =
           rng() % 2 ? nullptr : static_cast<const int32_t*>(fake_device(1, 2));
