@@ -212,6 +212,24 @@ def power_state_tables(block: dict) -> list[str]:
     return lines
 
 
+def static_scales_table(block: dict) -> list[str]:
+    """h200.json's `static_scales`: scale_mode "static" against "exact" and the fastest BF16
+    kernel of the same run (FlashAttention-4's time from another run of the session beside)."""
+    lines = ["", "## scale_mode \"static\" (K and V one exponent per KV head)", "",
+             f"{block['what']} Command: `{block['command']}`.", "",
+             "| workload | exact fwd | static fwd | best BF16 fwd (this run) | x | FA4 fwd (other run) "
+             "| x | exact fwd+bwd | static fwd+bwd |", "|---|---|---|---|---|---|---|---|---|"]
+    for name, r in block["workloads"].items():
+        best_name, best_ms = r["best_bf16_this_run"]["fwd"]
+        fa4 = (r.get("fa4_same_session_other_process") or {}).get("fwd_ms")
+        fa4_cells = f"{fa4:.3f} | {fa4 / r['flamia_static_fwd_ms']:.2f}" if fa4 else "- | -"
+        lines.append(f"| {name} | {r['flamia_exact_fwd_ms']:.3f} | {r['flamia_static_fwd_ms']:.3f} | "
+                     f"{best_ms:.3f} {best_name} | {best_ms / r['flamia_static_fwd_ms']:.2f} | "
+                     f"{fa4_cells} | {r['flamia_exact_fwdbwd_ms']:.3f} | "
+                     f"{r['flamia_static_fwdbwd_ms']:.3f} |")
+    return lines
+
+
 def energy_table(block: dict) -> list[str]:
     """power_state.energy (tools/probes/power_state.py energy): joules per call against
     FlashAttention-4, both in the sustained state."""
@@ -281,6 +299,8 @@ def markdown(results: dict) -> str:
                        ("sliding_window", "Causal sliding window of 4096 keys")):
         if results.get(key, {}).get("workloads"):
             lines += ["", f"## {title}"] + baselines_table(results[key])
+    if results.get("static_scales"):
+        lines += static_scales_table(results["static_scales"])
     if results.get("power_state"):
         lines += ["", "## Power state: sustained load against a few calls after idle"]
         lines += power_state_tables(results["power_state"])
