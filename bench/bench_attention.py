@@ -191,14 +191,6 @@ def flamia_runner(q, k, v, d_o, cu, max_len, scale_mode="exact", causal=True, **
     return run
 
 
-def static_exponents_for(k, v):
-    """scale_mode "static"'s exponents (int8 (2, heads_kv)): the smallest e per KV head with
-    amax * 2^-e <= 448, from this batch's K and V (a delayed-scaling recipe would take an
-    earlier step's amax; computed once, outside the timed calls)."""
-    amax = torch.stack([t.detach().abs().amax(dim=(0, 2)).float() for t in (k, v)])
-    return torch.ceil(torch.log2(amax.clamp_min(2.0**-100) / 448.0)).to(torch.int8)
-
-
 def bench_flamia(q, k, v, d_o, cu, max_len, scale_mode, per_call=False, causal=True,
                  **options):
     return time_pair(flamia_runner(q, k, v, d_o, cu, max_len, scale_mode, causal, **options),
@@ -443,7 +435,11 @@ def main():
         rec = {"doc_lens": w["doc_lens"], "heads_q": w["heads_q"], "heads_kv": w["heads_kv"],
                "head_dim": w["head_dim"], "fwd_flops": flops}
         # flamia and the BF16 kernels, the best of opts.rounds rounds in alternating order
-        static_exponents = static_exponents_for(k, v)
+        import flamia
+
+        # scale_mode "static": this batch's K and V amax (a delayed-scaling recipe would take an
+        # earlier step's; computed once, outside the timed calls)
+        static_exponents = flamia.static_exponents(k, v)
         timed, errors = time_in_rounds(
             {"flamia": lambda: bench_flamia(q, k, v, d_o, cu, max_len, opts.scale_mode),
              "flamia_static": lambda: bench_flamia(q, k, v, d_o, cu, max_len, "static",

@@ -19,7 +19,7 @@ are the default).
 
 from . import _ops  # noqa: F401  (registers torch.ops.flamia.fwd and torch.ops.flamia.bwd)
 from ._capi import FlamiaError, LibraryNotFound, candidate_paths, library_path
-from ._interface import attn_func, attn_varlen_func, explain
+from ._interface import attn_func, attn_varlen_func, explain, static_exponents
 
 __version__ = "0.1.0"
 
@@ -27,6 +27,7 @@ __all__ = [
     "attn_varlen_func",
     "attn_func",
     "explain",
+    "static_exponents",
     "FlamiaError",
     "LibraryNotFound",
     "library_path",

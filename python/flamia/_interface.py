@@ -169,3 +169,35 @@ def explain(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k:
     backward = f"backward: {spec.precision}" + (", deterministic" if spec.deterministic else "")
     rotated = "" if rotation == "none" else f"; q and k rotated ({rotation})"
     return f"{_ops.describe_forward(args)}; {backward}{rotated}"
+
+
+E4M3_MAX = 448.0
+STATIC_EXPONENT_RANGE = (-126, 127)  # E8M0's (numerics §1); an int8 below -126 counts as -126
+
+
+def static_exponents(k: Tensor, v: Tensor, margin: int = 0) -> Tensor:
+    """scale_mode "static"'s exponents from K and V (or from their per-head amax, shaped
+    (heads_kv,)): int8 (2, heads_kv) on their device, row 0 K's, row 1 V's, the smallest e per KV
+    head with amax * 2^-e <= 448, plus `margin` binades of headroom. For delayed scaling, pass an
+    earlier step's tensors or amax: exponents that depend on no token of this step keep the
+    forward exactly causal (from this step's own K and V they would not: a later token could
+    change an earlier one's scale). Runs on the device, no host synchronisation."""
+    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+        raise ValueError(f"margin must be a non-negative int, got {margin!r}")
+    amax = []
+    for name, t in (("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.dim() == 3:  # (tokens, heads_kv, head_dim)
+            t = t.detach().abs().amax(dim=(0, 2)) if t.shape[0] else t.new_zeros(t.shape[1])
+        elif t.dim() != 1:
+            raise ValueError(f"{name} must be (tokens, heads_kv, head_dim) or a (heads_kv,) amax, "
+                             f"got shape {tuple(t.shape)}")
+        amax.append(t.float())
+    if amax[0].shape != amax[1].shape:
+        raise ValueError(f"k and v have {amax[0].shape[0]} and {amax[1].shape[0]} heads")
+    amax = torch.stack(amax)
+    e = torch.ceil(torch.log2(amax.clamp_min(2.0**-126) / E4M3_MAX)) + margin
+    e = torch.where(amax > 0, e, float(STATIC_EXPONENT_RANGE[0]))  # an all-zero head: any e fits
+    return e.clamp(*STATIC_EXPONENT_RANGE).to(torch.int8)
+
