@@ -507,6 +507,8 @@ def main():
             rec.update(accuracy(w, ROOT / "build/flamia", opts.scale_mode))
             rec["bf16grad_accuracy"] = accuracy(w, ROOT / "build/flamia", opts.scale_mode,
                                                 "fp8-bf16grad")
+            # scale_mode "static" at the CLI's exponents (2^-5 K and V scales for its N(0, 1))
+            rec["static_accuracy"] = accuracy(w, ROOT / "build/flamia", "static")
         results["workloads"][name] = rec
         print(f"{name:17s} flamia fwd {f_fwd:7.3f} ms ({rec['flamia_fwd_tflops']:5.0f} TF/s) "
               f"x{rec['speedup_fwd']:.2f} vs {rec['best_bf16_fwd_name']}; fwd+bwd {f_fb:7.3f} ms "

@@ -56,8 +56,10 @@ AccuracyOptions parse(const std::vector<std::string>& args) {
         o.scale_mode = ScaleMode::kExact;
       else if (s == "block32")
         o.scale_mode = ScaleMode::kBlock32;
+      else if (s == "static")  // K and V at make_problem's exponents (kDefaultStaticExponent)
+        o.scale_mode = ScaleMode::kStatic;
       else
-        throw std::invalid_argument("--scale-mode takes exact or block32");
+        throw std::invalid_argument("--scale-mode takes exact, block32 or static");
     } else if (a == "--precision") {
       const std::string& s = r.value();
       if (s == "fp8")
@@ -167,7 +169,7 @@ int run_accuracy(const std::vector<std::string>& args) {
         "scales %s, backward %s, seed %llu\n",
         gpu.description.c_str(), format_list(opt.docs).c_str(), p.total_q(),
         p.causal ? "causal" : "non-causal", p.heads_q, p.heads_kv, p.head_dim,
-        p.scale_mode == ScaleMode::kExact ? "exact" : "block32",
+        ref::scale_mode_name(p.scale_mode),
         opt.precision == BackwardPrecision::kFp8 ? "fp8" : "fp8-bf16grad",
         static_cast<unsigned long long>(opt.seed));
 

@@ -97,7 +97,8 @@ struct DeviceProblem {
         dv(in.v.bits.size() * 2),
         lse(size_t(p.heads_q) * p.total_q() * sizeof(float)),
         stats(size_t(p.heads_q) * p.total_q() * 2 * sizeof(float)),
-        smoothing(p.smoothing_vector.size() * sizeof(float)) {
+        smoothing(p.smoothing_vector.size() * sizeof(float)),
+        static_exponents(p.static_key_exponents.size() + p.static_value_exponents.size()) {
     upload(cu_q, p.cu_seqlens_q);
     upload(cu_k, p.cu_seqlens_k);
     upload(q, in.q.bits);
@@ -105,10 +106,15 @@ struct DeviceProblem {
     upload(v, in.v.bits);
     upload(d_o, in.d_o.bits);
     upload(smoothing, p.smoothing_vector);
+    std::vector<int8_t> exponents = p.static_key_exponents;  // K's, then V's (api_problem)
+    exponents.insert(exponents.end(), p.static_value_exponents.begin(),
+                     p.static_value_exponents.end());
+    upload(static_exponents, exponents);
 
     problem = ref::api_problem(p, static_cast<const int32_t*>(cu_q.get()),
                                static_cast<const int32_t*>(cu_k.get()),
-                               static_cast<const float*>(smoothing.get()));
+                               static_cast<const float*>(smoothing.get()),
+                               static_cast<const int8_t*>(static_exponents.get()));
   }
 
   void poison(const DeviceBuffer& buffer, cudaStream_t stream) {
@@ -117,7 +123,7 @@ struct DeviceProblem {
                  "cudaMemsetAsync");
   }
 
-  DeviceBuffer cu_q, cu_k, q, k, v, d_o, o, dq, dk, dv, lse, stats, smoothing;
+  DeviceBuffer cu_q, cu_k, q, k, v, d_o, o, dq, dk, dv, lse, stats, smoothing, static_exponents;
   flamia_problem problem;
 };
 

@@ -17,7 +17,7 @@ void print_usage() {
       "      forward + backward on a packed workload: accuracy against float64, the causality\n"
       "      audit, and the GPU path (timings, accuracy) when an sm_90 GPU is present\n"
       "  accuracy --docs 3549,4377,725 [--heads-q 2] [--heads-kv 2] [--head-dim 128] [--full]\n"
-      "       [--scale-mode exact|block32] [--precision fp8|fp8-bf16grad] [--seed N] [--json]\n"
+      "       [--scale-mode exact|block32|static] [--precision fp8|fp8-bf16grad] [--seed N] [--json]\n"
       "      GPU forward + backward (C API) against the CPU reference and float64: relative L2\n"
       "      errors of O, dQ, dK, dV, LSE max abs; exits 2 without an sm_90 GPU\n"
       "  audit [--json]\n"
