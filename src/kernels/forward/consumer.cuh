@@ -104,8 +104,8 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
     state.row_sum[r] = 0.0f;
   }
   // Scale mode kStatic: a segment's rows' keys clamped to the document (its tiles' keys outside
-  // it are masked by these ranges instead of by their factors; a document item's are formed per
-  // tile from the row, static_document_keys).
+  // it are masked by these ranges instead of by their factors; a document item's edge tiles form
+  // theirs from the rows, in the softmax below).
   if constexpr (kStaticScales && kSegment) {
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r)
