@@ -6,6 +6,9 @@ Backends (all causal over packed documents, (tokens, heads, head_dim) BF16 input
   extra packages. Falls back to `sdpa` when this torch has no varlen_attn.
 - sdpa: F.scaled_dot_product_attention per document (slow; for CPU smoke tests).
 - flamia_exact / flamia_block32: flamia.attn_varlen_func with that scale mode.
+- flamia_static: scale_mode "static" with delayed scaling (DelayedStaticScales): each layer's K
+  and V exponents from the largest amax its K and V had over the previous steps, plus a margin;
+  no scale depends on a token of the step (the first step's come from its own K and V).
 - fp8fwd_bf16bwd / bf16fwd_fp8bwd: the forward value of one (flamia exact / bf16) with the
   gradient of the other (`straight_through`): which half of FP8 attention costs the loss.
   Each computes both forwards, so their timings mean nothing.
@@ -38,7 +41,39 @@ FAKE_QUANTIZED_SCALES = {
     "unsafe_blocks": ("fake_quantize_unsafe_blocks",
                       "the audit's unsafe scales (OCP rule, global 32-token blocks across "
                       "documents)")}
-BACKENDS = ("bf16", "sdpa", "flamia_exact", "flamia_block32", *MIXED, *FAKE_QUANTIZED)
+BACKENDS = ("bf16", "sdpa", "flamia_exact", "flamia_block32", "flamia_static", *MIXED,
+            *FAKE_QUANTIZED)
+
+
+class DelayedStaticScales:
+    """Delayed scaling for scale_mode "static": per attention call of a step (a layer; the
+    calls of one step share its cu_seqlens tensor), K's and V's per-head amax over the last
+    `history` steps gives the exponents of the next step's call (flamia.static_exponents, plus
+    `margin` binades of headroom: a K or V that outgrows them saturates at 448 * 2^e, counted in
+    `saturated`). The first step's exponents come from its own K and V."""
+
+    def __init__(self, margin: int = 1, history: int = 16):
+        self.margin, self.history = margin, history
+        self.amax = {}  # layer -> list of (2, heads_kv) amax of the last steps
+        self.saturated = {}  # layer -> elements of this step's K and V beyond 448 * 2^e
+        self._step_key, self._layer = None, 0
+
+    def exponents(self, k, v, cu_seqlens):
+        import flamia
+
+        if cu_seqlens is not self._step_key:  # a new step: its calls are its layers, in order
+            self._step_key, self._layer = cu_seqlens, 0
+        layer, self._layer = self._layer, self._layer + 1
+        current = torch.stack([t.detach().abs().amax(dim=(0, 2)).float() for t in (k, v)])
+        past = self.amax.setdefault(layer, [])
+        bound = torch.stack(past).amax(dim=0) if past else current
+        e = flamia.static_exponents(bound[0], bound[1], margin=self.margin)
+        limit = 448.0 * torch.exp2(e.float())[:, None, :, None]  # (2, 1, heads_kv, 1)
+        self.saturated[layer] = sum(int((t.detach().abs() > limit[i]).sum())
+                                    for i, t in enumerate((k, v)))
+        past.append(current)
+        del past[:-self.history]
+        return e
 
 
 class AttentionTimer:
@@ -208,10 +243,13 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
     import flamia
 
     scale_mode = name.removeprefix("flamia_")
+    scales = DelayedStaticScales() if scale_mode == "static" else None
 
     def attend(q, k, v, cu_seqlens, max_seqlen):
+        extra = {"static_exponents": scales.exponents(k, v, cu_seqlens)} if scales else {}
         return flamia.attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
-                                       causal=True, scale_mode=scale_mode, **flamia_args)
+                                       causal=True, scale_mode=scale_mode, **flamia_args,
+                                       **extra)
 
     def explain(cu_seqlens, max_seqlen):
         """flamia's own account of the kernel path for the model's shapes."""
@@ -221,13 +259,19 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
         def empty(h):
             return torch.empty(tokens, h, head_dim, device=device, dtype=torch.bfloat16)
 
+        extra = ({"static_exponents": torch.zeros(2, heads_kv, dtype=torch.int8, device=device)}
+                 if scales else {})
         return flamia.explain(empty(heads_q), empty(heads_kv), empty(heads_kv), cu_seqlens,
                               cu_seqlens, max_seqlen, max_seqlen, causal=True,
-                              scale_mode=scale_mode, **flamia_args)
+                              scale_mode=scale_mode, **flamia_args, **extra)
 
     attend.explain = explain
+    attend.static_scales = scales  # flamia_static: the delayed scaling state (saturation counts)
     arguments = ", ".join(f"{key}={value!r}" for key, value in flamia_args.items())
-    return attend, f"flamia.attn_varlen_func(causal=True, scale_mode={scale_mode!r}, {arguments})"
+    delayed = (f", static_exponents from the last {scales.history} steps' amax + "
+               f"{scales.margin} binade(s)" if scales else "")
+    return attend, (f"flamia.attn_varlen_func(causal=True, scale_mode={scale_mode!r}, "
+                    f"{arguments}{delayed})")
 
 
 def _varlen_backend(varlen_attn, device, heads):

@@ -608,3 +608,29 @@ def test_mixed_backends_compose_flamia_and_bf16(monkeypatch):
             attend(q, k, v, cu, 20)
         assert len(calls) == (1 if name == "fp8fwd_bf16bwd" else 0)
     assert calls == [] or calls[0]["scale_mode"] == "exact"
+
+
+def test_delayed_static_scales_take_the_previous_steps_amax():
+    """flamia_static's delayed scaling: a step's exponents come from the earlier steps' K and V
+    amax of the same layer (its own only on the first step), and what outgrows them is
+    counted as saturated."""
+    scales = backends.DelayedStaticScales(margin=0, history=2)
+
+    def kv(a_k, a_v):
+        k = torch.zeros(3, 2, 4)
+        v = torch.zeros(3, 2, 4)
+        k[1, :, 2], v[2, :, 0] = a_k, a_v
+        return k, v
+
+    step1, step2, step3 = torch.zeros(2), torch.zeros(2), torch.zeros(2)
+    e = scales.exponents(*kv(4.0, 448.0), step1)  # first step: its own amax
+    assert e.tolist() == [[-6, -6], [0, 0]]
+    assert scales.exponents(*kv(1000.0, 1.0), step1).tolist() == [[2, 2], [-8, -8]]  # layer 1
+    e = scales.exponents(*kv(900.0, 2.0), step2)  # layer 0 again: step 1's amax
+    assert e.tolist() == [[-6, -6], [0, 0]]
+    assert scales.saturated[0] == 2  # K's 900 > 448 * 2^-6 in each of the 2 heads; V's 2 fits
+    assert scales.exponents(*kv(1.0, 1.0), step2).tolist() == [[2, 2], [-8, -8]]
+    e = scales.exponents(*kv(1.0, 1.0), step3)  # the max over steps 1 and 2
+    assert e.tolist() == [[2, 2], [0, 0]]
+    assert scales.saturated[0] == 0
+
