@@ -55,7 +55,7 @@ class DelayedStaticScales:
     def __init__(self, margin: int = 1, history: int = 16):
         self.margin, self.history = margin, history
         self.amax = {}  # layer -> list of (2, heads_kv) amax of the last steps
-        self.saturated = {}  # layer -> elements of this step's K and V beyond 448 * 2^e
+        self.saturated = {}  # layer -> elements of its K and V beyond 448 * 2^e (this step)
         self._step_key, self._layer = None, 0
 
     def exponents(self, k, v, cu_seqlens):
@@ -69,7 +69,8 @@ class DelayedStaticScales:
         bound = torch.stack(past).amax(dim=0) if past else current
         e = flamia.static_exponents(bound[0], bound[1], margin=self.margin)
         limit = 448.0 * torch.exp2(e.float())[:, None, :, None]  # (2, 1, heads_kv, 1)
-        self.saturated[layer] = sum(int((t.detach().abs() > limit[i]).sum())
+        # a device tensor (no host synchronisation in the step); int() it when logging
+        self.saturated[layer] = sum((t.detach().abs() > limit[i]).sum()
                                     for i, t in enumerate((k, v)))
         past.append(current)
         del past[:-self.history]
