@@ -88,7 +88,8 @@ typedef struct flamia_problem {
   int32_t sliding_window;
   /* SCALE_STATIC only (NULL otherwise): device int8 arrays of heads_kv exponents, K̂ = e4m3((k -
    * m) * 2^-e) and V̂ = e4m3(v * 2^-e) with satfinite rounding; an exponent below -126 counts as
-   * -126. E.g. from the previous step's amax of the head (delayed scaling). */
+   * -126. E.g. from the previous step's amax of the head (delayed scaling). The backward of a
+   * forward takes the same exponents (it quantizes K and V again unless given saved operands). */
   const int8_t* static_key_exponents;
   const int8_t* static_value_exponents;
 } flamia_problem;
@@ -126,7 +127,7 @@ typedef struct flamia_backward_args {
    * another problem filled (sizes, scale mode, key smoothing kind, or cu_seqlens contents,
    * compared through a 64-bit checksum) is found on the device: the outputs are then NaN and
    * flamia_check_device_status reports it. Not detectable: a forward of the same sizes, options
-   * and cu_seqlens on other inputs or another smoothing vector.
+   * and cu_seqlens on other inputs, another smoothing vector or other static exponents.
    * The problem stays the forward's whole problem (a SMOOTH_VECTOR problem still names its
    * vector, though K̂ is not rebuilt). */
   const void* saved_operands;
