@@ -18,6 +18,15 @@ inline int longest_document(const std::vector<int32_t>& cu) {
   return n;
 }
 
+// ScaleMode::kStatic's exponents as api_problem takes them: K's heads_kv, then V's (empty for
+// the other modes).
+inline std::vector<int8_t> static_exponents_key_then_value(const Problem& p) {
+  std::vector<int8_t> exponents = p.static_key_exponents;
+  exponents.insert(exponents.end(), p.static_value_exponents.begin(),
+                   p.static_value_exponents.end());
+  return exponents;
+}
+
 // Every field of `p`, with the host copies of cu_seqlens set so that the host checks them too.
 // cu_q / cu_k: the device copies; smoothing_vector: the device copy of p.smoothing_vector (for
 // KeySmoothing::kVector); static_exponents: the device copy of p.static_key_exponents followed

@@ -106,10 +106,7 @@ struct DeviceProblem {
     upload(v, in.v.bits);
     upload(d_o, in.d_o.bits);
     upload(smoothing, p.smoothing_vector);
-    std::vector<int8_t> exponents = p.static_key_exponents;  // K's, then V's (api_problem)
-    exponents.insert(exponents.end(), p.static_value_exponents.begin(),
-                     p.static_value_exponents.end());
-    upload(static_exponents, exponents);
+    upload(static_exponents, ref::static_exponents_key_then_value(p));
 
     problem = ref::api_problem(p, static_cast<const int32_t*>(cu_q.get()),
                                static_cast<const int32_t*>(cu_k.get()),

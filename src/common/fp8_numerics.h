@@ -84,11 +84,6 @@ FLAMIA_HD int static_scale_exponent(int8_t e) {
   return e < kMinScaleExponent ? kMinScaleExponent : int(e);
 }
 
-// e of a normal FP32 power of two 2^e (exp2_int's inverse).
-FLAMIA_HD int exponent_of_power_of_two(float x) {
-  return int((float_bits(x) >> 23) & 0xFFu) - 127;
-}
-
 // The saturation-avoiding scale rule: the smallest e with amax * 2^-e <= 448, computed exactly
 // from amax's exponent and mantissa (no log2f/ceilf), clamped to the representable range.
 // amax = 0, NaN or Inf gives e = 0.

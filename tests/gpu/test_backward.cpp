@@ -61,10 +61,10 @@ class ApiProblem {
         dk_(p.total_k(), p.heads_kv, p.head_dim),
         dv_(p.total_k(), p.heads_kv, p.head_dim) {
     // scale mode static: the heads' K and V exponents on the device, K's first
-    std::vector<uint8_t> exponents(p.static_key_exponents.begin(), p.static_key_exponents.end());
-    exponents.insert(exponents.end(), p.static_value_exponents.begin(),
-                     p.static_value_exponents.end());
-    if (!exponents.empty()) static_exponents_ = DeviceBuffer<uint8_t>(exponents);
+    const std::vector<int8_t> exponents = ref::static_exponents_key_then_value(p);
+    if (!exponents.empty())
+      static_exponents_ =
+          DeviceBuffer<uint8_t>(std::vector<uint8_t>(exponents.begin(), exponents.end()));
     problem_ = ref::api_problem(p, cu_q_.get(), cu_k_.get(), nullptr,
                                 reinterpret_cast<const int8_t*>(static_exponents_.get()));
   }

@@ -16,6 +16,7 @@
 
 #include "gpu_test_utils.h"
 #include "kernels/forward/forward.h"
+#include "reference/api_problem.h"
 #include "reference/attention_ref.h"
 #include "test_backward_support.h"
 
@@ -58,10 +59,7 @@ ForwardRun run_forward_kernel(const ref::Problem& problem, const HostOperands& o
       k_exp(exponent_bytes(ops.fwd.k.exponents)), v_exp(exponent_bytes(ops.fwd.v.exponents));
   DeviceBuffer<float> lse_shift(ops.fwd.lse_shift);
   // scale mode static: the forward without per-key factors, given the heads' exponents
-  std::vector<int8_t> static_exponents = problem.static_key_exponents;
-  static_exponents.insert(static_exponents.end(), problem.static_value_exponents.begin(),
-                          problem.static_value_exponents.end());
-  DeviceBuffer<uint8_t> static_exp(exponent_bytes(static_exponents));
+  DeviceBuffer<uint8_t> static_exp(exponent_bytes(ref::static_exponents_key_then_value(problem)));
   const size_t rows = size_t(problem.heads_q) * problem.total_q();
   DeviceBuffer<uint16_t> o(rows * problem.head_dim);
   DeviceBuffer<float> lse(rows), stats(rows * 2);

@@ -9,6 +9,7 @@
 #include "gpu_test_utils.h"
 #include "packed_shape.h"
 #include "kernels/forward/forward.h"
+#include "reference/api_problem.h"
 #include "reference/attention_ref.h"
 
 namespace flamia::test {
@@ -56,10 +57,7 @@ ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs
       v_exp(to_bytes(ops.v.exponents));
   DeviceBuffer<float> lse_shift(ops.lse_shift);
   // scale mode kStatic: the kernel without per-key factors reads the heads' exponents
-  std::vector<int8_t> static_exponents = problem.static_key_exponents;
-  static_exponents.insert(static_exponents.end(), problem.static_value_exponents.begin(),
-                          problem.static_value_exponents.end());
-  DeviceBuffer<uint8_t> static_exp(to_bytes(static_exponents));
+  DeviceBuffer<uint8_t> static_exp(to_bytes(ref::static_exponents_key_then_value(problem)));
   const int total = problem.total_q(), heads = problem.heads_q, dim = problem.head_dim;
   const int64_t token_stride = padded_output ? dim + kRowPadding : int64_t(heads) * dim;
   const int64_t head_stride = padded_output ? token_stride * total + kHeadGap : dim;
