@@ -128,10 +128,13 @@ struct ScoreOperands {
   float c;                      // softmax_scale * log2(e), FP32
 
   // t_ij of query row i (head h) for the keys [k_begin, k_begin + n) (numerics §4 step 2):
-  // t = fma(S * 2^ek_j, c * 2^eq_i, ev_j) with S exact, rounded once to FP32.
-  void logits(int h, int i, int k_begin, int n, float* t) const;
-  // exp2(t - M + 8) in FP32: the unquantized P̂ (steps 4 and 5; backward step 2).
-  static float shifted_exp2(float t, float m) { return std::exp2((t - m) + float(kSoftmaxOffset)); }
+  // t = fma(S, (c * 2^eq_i) * 2^ek_j, ev_j) with S exact, rounded once to FP32 (ScaleMode::
+  // kStatic: the factor is static_row_factor's); `s` receives S_ij in FP32 (static's step 4).
+  void logits(int h, int i, int k_begin, int n, float* t, float* s) const;
+  // The unquantized P̂ of key j (absolute index) of row (h, i) with the final M (steps 4 and 5;
+  // backward step 2), in FP32: exp2((t - M) + 8), or under ScaleMode::kStatic
+  // exp2(fma(S, f_i, ev - (M - 8))). A masked key (t = -inf) gives 0.
+  float shifted_exp2(int h, int i, int j, float t, float s, float m) const;
 };
 
 }  // namespace flamia::ref::internal

@@ -101,13 +101,13 @@ void score_gradient_rows(const Context& c, int h, int doc, int begin, int end, f
   const int total_q = p.total_q(), total_k = p.total_k();
   const int q_begin = p.cu_seqlens_q[doc], k_begin = p.cu_seqlens_k[doc];
   const int k_len = c.k_len(doc);
-  std::vector<float> t(size_t(k_len) + 1);
+  std::vector<float> t(size_t(k_len) + 1), s(size_t(k_len) + 1);
   for (int i = begin; i < end; ++i) {
     const int n = visible_keys(p, doc, i);
     const float m = c.stats[(size_t(h) * total_q + i) * 2];
     const float l = c.stats[(size_t(h) * total_q + i) * 2 + 1];
     if (n <= 0 || l == 0.0f) continue;  // fully masked row: no gradient
-    c.score.logits(h, i, k_begin, n, t.data());
+    c.score.logits(h, i, k_begin, n, t.data(), s.data());
     mask_before_window(t.data(), first_visible_key(p, doc, i));
     const bool delta_from_bf16 =
         c.precision == BackwardPrecision::kFp8Bf16Grad && !c.hooks.bf16grad_delta_from_fp8_d_o;
@@ -118,7 +118,7 @@ void score_gradient_rows(const Context& c, int h, int doc, int begin, int end, f
     for (int jj = 0; jj < n; ++jj) {
       const int j = k_begin + jj;
       const int ev = c.fwd.v.exponent(j, g);
-      const float e = ScoreOperands::shifted_exp2(t[jj], m);
+      const float e = c.score.shifted_exp2(h, i, j, t[jj], s[jj], m);
       p_row[jj] = e4m3_encode(e);
       // step 2: the probability the forward's P̂·V̂ used (l sums the same P̂)
       const float prob = (float(e4m3_decode(p_row[jj])) * exp2_int(-ev)) / l;

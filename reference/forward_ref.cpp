@@ -21,17 +21,36 @@ ScoreOperands::ScoreOperands(const Problem& problem, const ForwardOperandsRef& o
       v(decode_head_major(operands.v)),
       c(problem.softmax_scale * kLog2e) {}
 
-void ScoreOperands::logits(int h, int i, int k_begin, int n, float* t) const {
+namespace {
+// The factor of step 2: (c * 2^eq_i) * 2^ek_j in FP32, rounded once; kStatic's is clamped to
+// FP32's normal range (static_row_factor).
+float score_factor(const Problem& p, float row_factor, int key_exponent) {
+  const float key_scale = exp2_int(key_exponent);
+  return p.scale_mode == ScaleMode::kStatic ? static_row_factor(row_factor, key_scale)
+                                            : row_factor * key_scale;
+}
+}  // namespace
+
+void ScoreOperands::logits(int h, int i, int k_begin, int n, float* t, float* s) const {
   const int dim = p.head_dim;
   const int g = p.kv_head(h);
   const float row_factor = c * exp2_int(ops.q.exponent(i, h));
   const double* q_row = &q[(size_t(h) * p.total_q() + i) * dim];
   for (int jj = 0; jj < n; ++jj) {
     const int j = k_begin + jj;
-    const double s = dot_product(q_row, &k[(size_t(g) * p.total_k() + j) * dim], dim);
-    const float factor = row_factor * exp2_int(ops.k.exponent(j, g));  // FP32, rounded once
-    t[jj] = std::fma(float(s), factor, float(ops.v.exponent(j, g)));
+    s[jj] = float(dot_product(q_row, &k[(size_t(g) * p.total_k() + j) * dim], dim));
+    const float factor = score_factor(p, row_factor, ops.k.exponent(j, g));
+    t[jj] = std::fma(s[jj], factor, float(ops.v.exponent(j, g)));
   }
+}
+
+float ScoreOperands::shifted_exp2(int h, int i, int j, float t, float s, float m) const {
+  if (t == -std::numeric_limits<float>::infinity()) return 0.0f;  // masked
+  if (p.scale_mode != ScaleMode::kStatic) return std::exp2((t - m) + float(kSoftmaxOffset));
+  const int g = p.kv_head(h);
+  const float factor = score_factor(p, c * exp2_int(ops.q.exponent(i, h)), ops.k.exponent(j, g));
+  const float bias = float(ops.v.exponent(j, g)) - (m - float(kSoftmaxOffset));  // exact
+  return std::exp2(std::fma(s, factor, bias));
 }
 
 ForwardResult forward(const Problem& p, const Inputs& in, const QuantizationHooks& hooks) {
@@ -54,19 +73,19 @@ ForwardResult forward(const Problem& p, const Inputs& in, const QuantizationHook
     const RowChunk& chunk = chunks[item];
     const int h = chunk.head, g = p.kv_head(h);
     const int k_begin = p.cu_seqlens_k[chunk.doc];
-    std::vector<float> t(size_t(max_keys) + 1);
+    std::vector<float> t(size_t(max_keys) + 1), s(size_t(max_keys) + 1);
     std::vector<double> acc(dim);
     for (int i = chunk.begin; i < chunk.end; ++i) {
       const int n = visible_keys(p, chunk.doc, i);
       if (n <= 0) continue;  // §4 step 9: O = 0, LSE = -inf, stats {0, 0} (already set)
-      score.logits(h, i, k_begin, n, t.data());
+      score.logits(h, i, k_begin, n, t.data(), s.data());
       mask_before_window(t.data(), first_visible_key(p, chunk.doc, i));
       const float m = std::ceil(*std::max_element(t.begin(), t.begin() + n));
       double l = 0.0;
       std::fill(acc.begin(), acc.end(), 0.0);
       for (int jj = 0; jj < n; ++jj) {
         const int j = k_begin + jj;
-        const float e = ScoreOperands::shifted_exp2(t[jj], m);
+        const float e = score.shifted_exp2(h, i, j, t[jj], s[jj], m);
         const double p_hat = e4m3_decode(e4m3_encode(e));
         if (p_hat == 0.0) continue;
         l += p_hat * exp2_int(-ops.v.exponent(j, g));  // §4 step 5: the quantized P̂ (exact)

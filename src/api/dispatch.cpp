@@ -184,8 +184,7 @@ flamia_status run_forward_kernels(const flamia_forward_args& a, const WorkspaceL
 
   kernel.shape = packed_shape(p);
   kernel.softmax_scale = p.softmax_scale;
-  kernel.static_key_exponents = p.static_key_exponents;  // null unless FLAMIA_SCALE_STATIC
-  kernel.static_value_exponents = p.static_value_exponents;
+  kernel.static_exponents = static_exponents(p);  // null unless FLAMIA_SCALE_STATIC
   kernel.in = ws.fwd;
   kernel.o = output_view(a.o);
   kernel.lse = a.lse;
@@ -256,6 +255,7 @@ flamia_status run_backward_kernels(const flamia_backward_args& a, const Workspac
   kernel.v = input_view(a.v);
   kernel.d_o = input_view(a.d_o);
   kernel.softmax_stats = a.softmax_stats;
+  kernel.static_exponents = static_exponents(p);
   kernel.dq = output_view(a.dq);
   kernel.dk = output_view(a.dk);
   kernel.dv = output_view(a.dv);

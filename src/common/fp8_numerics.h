@@ -84,6 +84,15 @@ FLAMIA_HD int static_scale_exponent(int8_t e) {
   return e < kMinScaleExponent ? kMinScaleExponent : int(e);
 }
 
+// Scale mode kStatic's row factor f_i = max((c 2^eq_i) 2^ek, 2^-126) (numerics §4, static):
+// one FP32 product per row, kept a positive normal number so that fma(-inf, f_i, x) is -inf
+// (masked scores) and fma stays monotone in the score.
+FLAMIA_HD float static_row_factor(float row_factor, float key_scale) {
+  const float smallest_normal = exp2_int(kMinScaleExponent);
+  const float f = row_factor * key_scale;
+  return f < smallest_normal ? smallest_normal : f;
+}
+
 // The saturation-avoiding scale rule: the smallest e with amax * 2^-e <= 448, computed exactly
 // from amax's exponent and mantissa (no log2f/ceilf), clamped to the representable range.
 // amax = 0, NaN or Inf gives e = 0.

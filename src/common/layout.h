@@ -40,6 +40,14 @@ struct ForwardOperands {
   float* lse_shift = nullptr;  // [heads_q][total_q]: softmax_scale * (q . m), or nullptr
 };
 
+// Scale mode kStatic: one caller-supplied exponent per KV head for K̂ and for V̂ (device,
+// [heads_kv] each; both null in the other modes).
+struct StaticExponents {
+  const int8_t* key = nullptr;
+  const int8_t* value = nullptr;
+  bool enabled() const { return key != nullptr; }
+};
+
 // The backward's additional operands (the forward's are rebuilt by the same quantize pass).
 struct BackwardOperands {
   Fp8Copy q_t;             // token-major, permuted (same exponents as q)

@@ -85,9 +85,14 @@ NaiveGradients naive_backward(const Problem& p, const Inputs& in, const ForwardR
             dp += dec(bwd.d_o.value(i, h, d)) * dec(fwd.v.value(j, g, d));
           }
           const int ev = fwd.v.exponent(j, g);
-          const float factor = c * exp2_int(fwd.q.exponent(i, h)) * exp2_int(fwd.k.exponent(j, g));
-          const float t = std::fmaf(float(s), factor, float(ev));
-          const float e = exp2f(t - m + 8.0f);
+          const float row_factor = c * exp2_int(fwd.q.exponent(i, h));
+          const float key_scale = exp2_int(fwd.k.exponent(j, g));
+          const bool static_scales = p.scale_mode == ScaleMode::kStatic;
+          const float factor =
+              static_scales ? static_row_factor(row_factor, key_scale) : row_factor * key_scale;
+          const float e = static_scales  // numerics §4, static: the offset inside the fma
+                              ? exp2f(std::fmaf(float(s), factor, float(ev) - (m - 8.0f)))
+                              : exp2f(std::fmaf(float(s), factor, float(ev)) - m + 8.0f);
           p_hat[i - q0][j - k0] = e4m3_encode(e);
           const float prob = e4m3_decode(p_hat[i - q0][j - k0]) * exp2_int(-ev) / l;
           const float dpij = float(dp) * exp2_int(bwd.d_o.exponent(i, h)) * exp2_int(ev);

@@ -31,14 +31,19 @@ RowResult naive_row(const Problem& p, const ForwardOperandsRef& ops, int h, int 
   const int k0 = p.cu_seqlens_k[b];
   const int n = p.causal ? i - p.cu_seqlens_q[b] + 1 : p.cu_seqlens_k[b + 1] - k0;
   const float c = p.softmax_scale * kLog2e;
-  std::vector<float> t(n);
+  const bool static_scales = p.scale_mode == ScaleMode::kStatic;
+  std::vector<float> t(n), s(n), factor(n);
   for (int jj = 0; jj < n; ++jj) {
-    double s = 0.0;
+    double dot = 0.0;
     for (int d = 0; d < dim; ++d)
-      s += double(e4m3_decode(ops.q.value(i, h, d))) *
-           double(e4m3_decode(ops.k.value(k0 + jj, g, d)));
-    t[jj] = std::fmaf(float(s) * exp2_int(ops.k.exponent(k0 + jj, g)),
-                      c * exp2_int(ops.q.exponent(i, h)), float(ops.v.exponent(k0 + jj, g)));
+      dot += double(e4m3_decode(ops.q.value(i, h, d))) *
+             double(e4m3_decode(ops.k.value(k0 + jj, g, d)));
+    s[jj] = float(dot);
+    const float row_factor = c * exp2_int(ops.q.exponent(i, h));
+    const float key_scale = exp2_int(ops.k.exponent(k0 + jj, g));
+    factor[jj] =
+        static_scales ? static_row_factor(row_factor, key_scale) : row_factor * key_scale;
+    t[jj] = std::fmaf(s[jj], factor[jj], float(ops.v.exponent(k0 + jj, g)));
   }
   float tmax = -INFINITY;
   for (float x : t) tmax = std::max(tmax, x);
@@ -46,7 +51,11 @@ RowResult naive_row(const Problem& p, const ForwardOperandsRef& ops, int h, int 
   double l = 0.0;
   std::vector<double> acc(dim, 0.0);
   for (int jj = 0; jj < n; ++jj) {
-    const float e = exp2f(t[jj] - m + 8.0f);
+    // static: the offset inside the one fma (numerics §4, static)
+    const float e =
+        static_scales
+            ? exp2f(std::fmaf(s[jj], factor[jj], float(ops.v.exponent(k0 + jj, g)) - (m - 8.0f)))
+            : exp2f(t[jj] - m + 8.0f);
     const double p_hat = e4m3_decode(e4m3_encode(e));
     l += p_hat * exp2_int(-ops.v.exponent(k0 + jj, g));
     for (int d = 0; d < dim; ++d) acc[d] += p_hat * e4m3_decode(ops.v.value(k0 + jj, g, d));
@@ -61,9 +70,10 @@ RowResult naive_row(const Problem& p, const ForwardOperandsRef& ops, int h, int 
 }
 
 TEST(ReferenceForward, MatchesTheContractRowByRow) {
+  for (ScaleMode mode : {ScaleMode::kBlock32, ScaleMode::kStatic})
   for (KeySmoothing smoothing : {KeySmoothing::kNone, KeySmoothing::kFirstKey}) {
     for (bool causal : {true, false}) {
-      Problem p = make_problem({1, 17, 0, 50}, 4, 2, 64, causal, ScaleMode::kBlock32);
+      Problem p = make_problem({1, 17, 0, 50}, 4, 2, 64, causal, mode);
       p.key_smoothing = smoothing;
       const Inputs in = make_inputs(p, {31, 2.0f});
       const ForwardResult f = forward(p, in);

@@ -367,17 +367,17 @@ TEST_P(BackwardProbabilityTest, RebuildsContractProbabilities) {
   const ref::internal::ScoreOperands score(problem, k.ops.fwd);
   const int total_q = problem.total_q(), total_k = problem.total_k();
   size_t visible = 0, differ = 0, far = 0;
-  std::vector<float> t(size_t(total_k) + 1);
+  std::vector<float> t(size_t(total_k) + 1), s(size_t(total_k) + 1);
   for (int h = 0; h < problem.heads_q; ++h)
     for (int b = 0; b < problem.batch(); ++b) {
       const int k_begin = problem.cu_seqlens_k[b];
       for (int i = problem.cu_seqlens_q[b]; i < problem.cu_seqlens_q[b + 1]; ++i) {
         const int n = ref::internal::visible_keys(problem, b, i);
         if (n <= 0) continue;
-        score.logits(h, i, k_begin, n, t.data());
+        score.logits(h, i, k_begin, n, t.data(), s.data());
         const float m = k.forward.softmax_stats[(size_t(h) * total_q + i) * 2];
         for (int jj = 0; jj < n; ++jj) {
-          const uint8_t want = e4m3_encode(ref::internal::ScoreOperands::shifted_exp2(t[jj], m));
+          const uint8_t want = e4m3_encode(score.shifted_exp2(h, i, k_begin + jj, t[jj], s[jj], m));
           // The hook writes P̂ * 2^(M - 8); M - 8 is an integer, the division exact.
           const float got_value = run.p_hat[(size_t(h) * total_q + i) * total_k + k_begin + jj];
           const uint8_t got = e4m3_encode(got_value * exp2_int(kSoftmaxOffset - int(m)));

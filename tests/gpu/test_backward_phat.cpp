@@ -75,8 +75,8 @@ ForwardRun run_forward_kernel(const ref::Problem& problem, const HostOperands& o
   args.in.v_t = {v_t.get(), reinterpret_cast<int8_t*>(v_exp.get())};
   args.in.lse_shift = ops.fwd.lse_shift.empty() ? nullptr : lse_shift.get();
   if (problem.scale_mode == ScaleMode::kStatic) {
-    args.static_key_exponents = reinterpret_cast<int8_t*>(static_exp.get());
-    args.static_value_exponents = args.static_key_exponents + problem.heads_kv;
+    const int8_t* exponents = reinterpret_cast<int8_t*>(static_exp.get());
+    args.static_exponents = {exponents, exponents + problem.heads_kv};
   }
   args.o = {o.get(), int64_t(problem.heads_q) * problem.head_dim, problem.head_dim};
   args.lse = lse.get();

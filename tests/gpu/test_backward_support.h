@@ -159,6 +159,7 @@ class DeviceBackwardProblem {
         k16_centered_(centered_key_bits(p, in)),
         v16_(in.v.bits),
         d_o16_(in.d_o.bits),
+        static_exp_(exponent_bytes(ref::static_exponents_key_then_value(p))),
         dq_(p.total_q(), p.heads_q, p.head_dim),
         dk_(p.total_k(), p.heads_kv, p.head_dim),
         dv_(p.total_k(), p.heads_kv, p.head_dim) {}
@@ -189,6 +190,8 @@ class DeviceBackwardProblem {
     a.v = {v16_.get(), dk_pitch, p_.head_dim};
     a.d_o = {d_o16_.get(), dq_pitch, p_.head_dim};
     a.softmax_stats = stats_.get();
+    if (p_.scale_mode == ScaleMode::kStatic)  // K's heads_kv exponents, then V's
+      a.static_exponents = {exps(static_exp_), exps(static_exp_) + p_.heads_kv};
     dq_.poison();
     dk_.poison();
     dv_.poison();
@@ -221,6 +224,7 @@ class DeviceBackwardProblem {
       k_centered_exp_, d_o_, d_o_exp_, d_o_scaled_t_, d_o_scaled_exp_;
   DeviceBuffer<float> delta_, delta_bf16_, stats_;
   DeviceBuffer<uint16_t> q16_, k16_, k16_centered_, v16_, d_o16_;
+  DeviceBuffer<uint8_t> static_exp_;  // scale mode static (api_problem.h's layout)
   StridedOutput dq_, dk_, dv_;
 };
 

@@ -79,8 +79,8 @@ ForwardOutputs run_forward_kernel(const ref::Problem& problem, const ref::Inputs
   args.in.v_t = {v_t.get(), reinterpret_cast<int8_t*>(v_exp.get())};
   args.in.lse_shift = ops.lse_shift.empty() ? nullptr : lse_shift.get();
   if (problem.scale_mode == ScaleMode::kStatic) {
-    args.static_key_exponents = reinterpret_cast<int8_t*>(static_exp.get());
-    args.static_value_exponents = args.static_key_exponents + problem.heads_kv;
+    const int8_t* exponents = reinterpret_cast<int8_t*>(static_exp.get());
+    args.static_exponents = {exponents, exponents + problem.heads_kv};
   }
   args.o = {o.get(), token_stride, head_stride};
   args.lse = lse.get();

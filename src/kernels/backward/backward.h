@@ -17,6 +17,9 @@ struct BackwardKernelArgs {
   BackwardOperands bwd;                  // Q̂ᵀ, K̂cᵀ, V̂, dÔ, dO''ᵀ, D
   Bf16View q, k, v, d_o;                 // BF16 inputs (for precision kFp8Bf16Grad)
   const float* softmax_stats = nullptr;  // [heads_q][total_q][2] = {M, l}
+  // Scale mode kStatic: the kernels whose P̂ rebuild folds the head's exponents per query row
+  // (numerics §4, static).
+  StaticExponents static_exponents;
   Bf16MutableView dq, dk, dv;
   const int32_t* device_status = nullptr;
   void* scratch = nullptr;  // backward_scratch_bytes(shape, deterministic)

@@ -162,7 +162,7 @@ __device__ __forceinline__ void rescale_rows(float (&acc)[kRegisters],
 
 // Debug hook: writes this step's P̂ for visible pairs as the real value it stands for,
 // e4m3_decode(P̂) * 2^(M_i - 8) (exact), so that passes with different offsets compare directly.
-template <typename Factors>
+template <bool kStaticScales, typename Factors>
 __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const KeyTileItem& item,
                                                   const uint32_t (&p_hat)[kBlockM / kFp8MmaK][4],
                                                   const KeyRowFactors& key, const Factors& qf,
@@ -181,7 +181,9 @@ __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const
         const uint8_t code = uint8_t(p_hat[kk][w] >> (8 * b));
         const int64_t at =
             (int64_t(head) * p.total_q + q0 + col) * p.total_k + item.key0 + tile_row[r];
-        p.debug_p_hat[at] = e4m3_decode(code) * power_of_two(int(qf.offset[col]));
+        p.debug_p_hat[at] =
+            e4m3_decode(code) * power_of_two(softmax_offset_of<kStaticScales>(
+                                    qf.offset[col], key.score[r].value_exponent));
       }
 }
 
@@ -206,7 +208,7 @@ struct KeyWarpgroupDq<kHeadDim, false> {};
 // the same wgmma groups in flight (ptxas serializes the products otherwise: C7514); the kernel
 // waits for them before its epilogue. Otherwise the step issues its own opening products (`opening`
 // is unused).
-template <int kHeadDim, bool kBf16Grad, bool kDebugPHat>
+template <int kHeadDim, bool kBf16Grad, bool kDebugPHat, bool kStaticScales>
 __device__ __forceinline__ void backward_step(
     const BackwardParams& p, const KeyTileItem& item, BackwardStorage<kHeadDim, kBf16Grad>& smem,
     KeyGradientState<kHeadDim>& state, const KeyRowFactors& key,
@@ -237,11 +239,11 @@ __device__ __forceinline__ void backward_step(
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepScoreProducts);
     if (unmasked) {
-      rebuild_probabilities<false, !kBf16Grad>(s, key, qf, lane);
-      score_gradient_half<kBf16Grad, 0, false>(s, dp, ds, p_hat[0], key, qf, lane);
+      rebuild_probabilities<kStaticScales, false, !kBf16Grad>(s, key, qf, lane);
+      score_gradient_half<kBf16Grad, 0, false, kStaticScales>(s, dp, ds, p_hat[0], key, qf, lane);
     } else {
-      rebuild_probabilities<true, !kBf16Grad>(s, key, qf, lane);
-      score_gradient_half<kBf16Grad, 0, true>(s, dp, ds, p_hat[0], key, qf, lane);
+      rebuild_probabilities<kStaticScales, true, !kBf16Grad>(s, key, qf, lane);
+      score_gradient_half<kBf16Grad, 0, true, kStaticScales>(s, dp, ds, p_hat[0], key, qf, lane);
     }
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepFirstHalf);
@@ -258,13 +260,14 @@ __device__ __forceinline__ void backward_step(
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepSecondProduct);
     if (unmasked)
-      score_gradient_half<kBf16Grad, 1, false>(s, dp, ds, p_hat[1], key, qf, lane);
+      score_gradient_half<kBf16Grad, 1, false, kStaticScales>(s, dp, ds, p_hat[1], key, qf, lane);
     else
-      score_gradient_half<kBf16Grad, 1, true>(s, dp, ds, p_hat[1], key, qf, lane);
+      score_gradient_half<kBf16Grad, 1, true, kStaticScales>(s, dp, ds, p_hat[1], key, qf, lane);
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepSecondHalf);
   }
-  if constexpr (kDebugPHat) write_debug_p_hat(p, item, p_hat, key, qf, tile_row, head, q0, lane);
+  if constexpr (kDebugPHat)
+    write_debug_p_hat<kStaticScales>(p, item, p_hat, key, qf, tile_row, head, q0, lane);
 
   const int ew[kRowsPerThread] = {row_value_block_exp(qf, item, q0, tile_row[0]),
                                   row_value_block_exp(qf, item, q0, tile_row[1])};
@@ -421,7 +424,8 @@ __device__ __forceinline__ void write_key_gradients(
 
 // kWindowed: the instantiation for a sliding window (p.sliding_window > 0); the others compile
 // every window test away (window = 0), so they are the kernels without windows, unchanged.
-template <int kHeadDim, bool kBf16Grad, bool kDebugPHat, bool kWindowed>
+// kStaticScales: scale mode kStatic (p.static_key_exp set; rebuild_probabilities).
+template <int kHeadDim, bool kBf16Grad, bool kDebugPHat, bool kWindowed, bool kStaticScales>
 __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
     backward_kernel(const __grid_constant__ BackwardParams p) {
   using Storage = BackwardStorage<kHeadDim, kBf16Grad>;
@@ -498,8 +502,8 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
     issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     hopper::async_copy_commit();
     KeyWarpgroupDq<kHeadDim, kBf16Grad> dq;
-    backward_step<kHeadDim, kBf16Grad, kDebugPHat>(p, item, smem, state, key, tile_row, step,
-                                                   unmasked.contains(step.q0), dq, opening, next);
+    backward_step<kHeadDim, kBf16Grad, kDebugPHat, kStaticScales>(
+        p, item, smem, state, key, tile_row, step, unmasked.contains(step.q0), dq, opening, next);
     if constexpr (kBf16Grad)
       accumulate_dq<kHeadDim>(p, item, smem.query[step.stage], step, dq, window);
     finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);

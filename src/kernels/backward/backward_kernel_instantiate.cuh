@@ -7,15 +7,22 @@
 namespace flamia::backward {
 
 // The debug-P̂ instantiations run only when the caller asks for P̂ (tests); the windowed ones only
-// for a sliding window.
+// for a sliding window; the static ones for scale mode kStatic.
+template <int kHeadDim, bool kBf16Grad, bool kStaticScales>
+auto* select_backward_kernel(const BackwardParams& params) {
+  const bool debug = params.debug_p_hat != nullptr, windowed = params.sliding_window > 0;
+  return debug ? (windowed ? backward_kernel<kHeadDim, kBf16Grad, true, true, kStaticScales>
+                           : backward_kernel<kHeadDim, kBf16Grad, true, false, kStaticScales>)
+               : (windowed ? backward_kernel<kHeadDim, kBf16Grad, false, true, kStaticScales>
+                           : backward_kernel<kHeadDim, kBf16Grad, false, false, kStaticScales>);
+}
+
 template <int kHeadDim, bool kBf16Grad>
 cudaError_t launch_backward_kernel(const BackwardParams& params, dim3 grid, cudaStream_t stream) {
   constexpr size_t kSmemBytes = backward_smem_bytes<kHeadDim, kBf16Grad>();
-  const bool debug = params.debug_p_hat != nullptr, windowed = params.sliding_window > 0;
-  auto* kernel = debug ? (windowed ? backward_kernel<kHeadDim, kBf16Grad, true, true>
-                                   : backward_kernel<kHeadDim, kBf16Grad, true, false>)
-                       : (windowed ? backward_kernel<kHeadDim, kBf16Grad, false, true>
-                                   : backward_kernel<kHeadDim, kBf16Grad, false, false>);
+  auto* kernel = params.static_key_exp != nullptr
+                     ? select_backward_kernel<kHeadDim, kBf16Grad, true>(params)
+                     : select_backward_kernel<kHeadDim, kBf16Grad, false>(params);
   cudaError_t error =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
   if (error != cudaSuccess) return error;

@@ -106,6 +106,8 @@ backward::BackwardParams make_params(const BackwardKernelArgs& a, float* dq_accu
   p.d_o_scaled_exp = a.bwd.d_o_scaled_t.exponents;
   p.delta = a.bwd.delta;
   p.softmax_stats = a.softmax_stats;
+  p.static_key_exp = a.static_exponents.key;
+  p.static_value_exp = a.static_exponents.value;
   p.q16 = a.q;
   p.k16 = a.k;
   p.v16 = a.v;

@@ -54,6 +54,10 @@ struct BackwardParams {
   const int8_t* d_o_scaled_exp;
   const float* delta;          // D_i [Hq][total_q]
   const float* softmax_stats;  // [Hq][total_q][2] = {M, l}
+  // Scale mode kStatic: K̂'s and V̂'s exponent per KV head ([Hkv] each), or null: the query
+  // factors fold them (row_factor_values) and backward_kernel<..., kStaticScales> reads them so.
+  const int8_t* static_key_exp;
+  const int8_t* static_value_exp;
 
   // BF16 inputs (precision fp8-bf16grad only).
   Bf16View q16, k16, v16, d_o16;

@@ -43,15 +43,22 @@ __global__ void row_factors_kernel(const __grid_constant__ BackwardParams p, flo
         upper_bound_by([&](int i) { return p.cu_seqlens_q[i]; }, p.batch + 1, token) - 1;
     const DocumentSpan span{p.cu_seqlens_q[doc], p.cu_seqlens_q[doc + 1], 0, 0};
     const float2 stats = reinterpret_cast<const float2*>(p.softmax_stats)[r];
-    const RowFactorValues v =
+    RowFactorValues v =
         row_factor_values</*kBf16Grad=*/false>(p.scale_log2, p.q_exp[r], p.d_o_exp[r], stats);
+    const int kv_head = head / p.group_size;
+    fold_static_exponents(v, p, kv_head);
+    // kStaticScales: D_i 2^-ev, the product score_gradient_half forms per element otherwise
+    const float delta =
+        p.static_value_exp != nullptr
+            ? __fmul_rn(p.delta[r], exp2_int(-static_scale_exponent(p.static_value_exp[kv_head])))
+            : p.delta[r];
     float* row = out + int64_t(head) * kRowFactorFields * p.padded_q + token;
     auto field = [&](int f) -> float& { return row[int64_t(f) * p.padded_q]; };
     field(kRowFactorField) = v.row_factor;
     field(kOffsetField) = v.offset;
     field(kProbabilityScaleField) = v.probability_scale;
     field(kDoScaleField) = v.d_o_scale;
-    field(kDeltaField) = p.delta[r];
+    field(kDeltaField) = delta;
     const int visibility =
         p.pack_documents != 0 && document_packs(p.cu_seqlens_q, p.cu_seqlens_k, doc)
             ? packed_query_index(doc, token - span.q_start, p.causal != 0)

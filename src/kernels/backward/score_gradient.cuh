@@ -29,8 +29,10 @@ __device__ __forceinline__ int column_of_group(int group, int lane) {
 // M_i), so e4m3(p) is the forward's P̂. kMasked = false: every pair of the step is visible
 // (unmasked_query_tiles), so no mask is evaluated.
 // kPairLoads: each factor of the group's two columns in one 8-byte load (the BF16grad kernel
-// spills with them, so it loads per element).
-template <bool kMasked, bool kPairLoads, typename Factors>
+// spills with them, so it loads per element). kStaticScales: scale mode kStatic's form, p =
+// exp2(fma(S, f_i, ev - (M_i - 8))) with both per-row values in the query factors
+// (fold_static_exponents): one FFMA and one exponential, no key factor read.
+template <bool kStaticScales, bool kMasked, bool kPairLoads, typename Factors>
 __device__ __forceinline__ void rebuild_probabilities(float (&s)[kScoreRegisters],
                                                       const KeyRowFactors& key, const Factors& qf,
                                                       int lane) {
@@ -50,9 +52,14 @@ __device__ __forceinline__ void rebuild_probabilities(float (&s)[kScoreRegisters
       const float column_row_factor =
           kPairLoads ? (odd ? row_factor.y : row_factor.x) : qf.row_factor[col + odd];
       const float column_offset = kPairLoads ? (odd ? offset.y : offset.x) : qf.offset[col + odd];
-      const float t = score_exponent(s[i], key.score[r].key_scale, column_row_factor,
-                                     key.score[r].value_exponent);
-      const float probability = unnormalized_probability(t, column_offset);
+      float probability;
+      if constexpr (kStaticScales) {
+        probability = static_unnormalized_probability(s[i], column_row_factor, column_offset);
+      } else {
+        const float t = score_exponent(s[i], key.score[r].key_scale, column_row_factor,
+                                       key.score[r].value_exponent);
+        probability = unnormalized_probability(t, column_offset);
+      }
       const bool visible =
           !kMasked || visible_pair(key.visibility[r], qf.visibility[col + odd], key.window);
       s[i] = visible ? probability : 0.0f;
@@ -71,7 +78,8 @@ constexpr int kHalfScoreRegisters = kScoreRegisters / kScoreHalves;
 //             x = (P̂ * (2^eq_i / l_i)) * fma(dPraw, 2^edo_i, -(D_i * 2^-ev_j)),
 //             which is bitwise 2^eq_i * P * (dP - D_i) with P = (P̂ 2^-ev_j) / l_i and
 //             dP = (dPraw 2^edo_i) 2^ev_j: the powers of two 2^ev_j and 2^-ev_j cancel
-//             exactly (FP32 normal range), leaving 4 operations per element instead of 6.
+//             exactly (FP32 normal range), leaving 4 operations per element instead of 6
+//             (kStaticScales: 3, the query factors hold D_i * 2^-ev, row_factors.cu).
 //   BF16grad: dS = ((P̂ * 2^-ev_j) / l_i) * (dPraw - D_i) (BF16 dO · V), rounded to BF16 (the
 //             value its products read).
 // Registers 2m, 2m+1 are one row's adjacent columns: one conversion rounds both. Its two bytes
@@ -79,7 +87,7 @@ constexpr int kHalfScoreRegisters = kScoreRegisters / kScoreHalves;
 // operand register swap of hopper-fp8-facts.md, where word 2h + r holds row r's bytes of groups
 // 2h (low half) and 2h + 1 (high half) of the k step's four. (Packing P̂ from the conversions
 // done here, rather than converting p again, saves two conversions per four elements.)
-template <bool kBf16Grad, int kHalf, bool kMasked, typename Factors>
+template <bool kBf16Grad, int kHalf, bool kMasked, bool kStaticScales, typename Factors>
 __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegisters],
                                                     const float (&dp)[kHalfScoreRegisters],
                                                     float (&ds)[kScoreRegisters],
@@ -119,7 +127,8 @@ __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegis
           const float scaled_prob =
               __fmul_rn(p_hat_e, e ? probability_scale.y : probability_scale.x);
           const float shifted_delta =
-              __fmul_rn(e ? delta.y : delta.x, key.score[r].inv_value_scale);
+              kStaticScales ? (e ? delta.y : delta.x)
+                            : __fmul_rn(e ? delta.y : delta.x, key.score[r].inv_value_scale);
           grad = __fmul_rn(scaled_prob,
                            __fmaf_rn(dp_raw, e ? d_o_scale.y : d_o_scale.x, -shifted_delta));
         }

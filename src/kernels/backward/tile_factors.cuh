@@ -100,11 +100,11 @@ struct QueryFactors {
 // element is spent on it. Products by powers of two are exact in FP32's normal range, so x is
 // bitwise 2^eq_i times the dS of the contract's operation order.
 struct Fp8QueryFactors {
-  float row_factor[kBlockM];
+  float row_factor[kBlockM];  // kStaticScales: f_i and ev - (M_i - 8) (fold_static_exponents)
   float offset[kBlockM];
   float probability_scale[kBlockM];
   float d_o_scale[kBlockM];
-  float delta[kBlockM];
+  float delta[kBlockM];  // kStaticScales: D_i 2^-ev
   int visibility[kBlockM];
   int value_block_exp[kBlockM];
 };
@@ -129,6 +129,27 @@ __device__ __forceinline__ RowFactorValues row_factor_values(float scale_log2, i
   v.probability_scale = kBf16Grad ? inv_l : __fmul_rn(inv_l, exp2_int(eq));
   v.d_o_scale = exp2_int(edo);
   return v;
+}
+
+// Scale mode kStatic (numerics §4, static; p.static_key_exp set): the row's KV head shares one
+// ek and one ev, so the query factors fold them once per row: row_factor becomes
+// static_row_factor(c 2^eq_i, 2^ek) and offset the row's bias ev - (M_i - 8), which
+// backward_kernel<..., kStaticScales> reads as static_unnormalized_probability's. The same
+// values in both paths (row_factors.cu, QueryFactorFetch::store).
+__device__ __forceinline__ void fold_static_exponents(RowFactorValues& v, const BackwardParams& p,
+                                                      int kv_head) {
+  if (p.static_key_exp == nullptr) return;
+  const int ek = static_scale_exponent(p.static_key_exp[kv_head]);
+  const int ev = static_scale_exponent(p.static_value_exp[kv_head]);
+  v.row_factor = static_row_factor(v.row_factor, exp2_int(ek));
+  v.offset = static_exponent_bias(float(ev), v.offset);
+}
+
+// The softmax offset M_i - 8 that a query factor's `offset` field stands for (the P̂ debug
+// hook): the field itself, or under kStaticScales ev - bias.
+template <bool kStaticScales>
+__device__ __forceinline__ int softmax_offset_of(float offset_field, float value_exponent) {
+  return kStaticScales ? int(value_exponent) - int(offset_field) : int(offset_field);
 }
 
 // Factors of columns (col, col + 1), col even.
@@ -184,8 +205,9 @@ struct QueryFactorFetch {
                                         const KeyTileItem& item, int q0) const {
     const int t = threadIdx.x;
     if (t >= kBlockM) return;
-    const RowFactorValues v = row_factor_values</*kBf16Grad=*/true>(
+    RowFactorValues v = row_factor_values</*kBf16Grad=*/true>(
         p.scale_log2, unpack(kQueryExpShift), unpack(kDoExpShift), f.softmax_stats[t]);
+    fold_static_exponents(v, p, item.kv_head);
     f.row_factor[t] = v.row_factor;
     f.offset[t] = v.offset;
     f.probability_scale[t] = v.probability_scale;

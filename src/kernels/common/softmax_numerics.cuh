@@ -94,6 +94,19 @@ __device__ __forceinline__ float unnormalized_probability_polynomial(float t, fl
   return exp2_polynomial(__fsub_rn(t, offset));
 }
 
+// Scale mode kStatic's exp2 argument and probability (numerics §4, static): the score, the
+// row factor f_i and the row's bias ev - (M_i - 8) (static_exponent_bias) in one FFMA.
+__device__ __forceinline__ float static_exponent_argument(float s, float row_factor, float bias) {
+  return __fmaf_rn(s, row_factor, bias);
+}
+__device__ __forceinline__ float static_unnormalized_probability(float s, float row_factor,
+                                                                 float bias) {
+  return ex2_approx(static_exponent_argument(s, row_factor, bias));
+}
+__device__ __forceinline__ float static_exponent_bias(float value_exponent, float offset) {
+  return __fsub_rn(value_exponent, offset);
+}
+
 // The E4M3 bytes of (x0, x1), x0 in the low byte, RNE satfinite.
 __device__ __forceinline__ uint16_t encode_e4m3x2(float x0, float x1) {
   uint16_t bits;

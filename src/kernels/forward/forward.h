@@ -30,10 +30,9 @@ struct ForwardKernelArgs {
   // Runs a separate (slower) instantiation of the kernel.
   float* debug_p_hat = nullptr;
   FusedQuantizeInputs fused;  // when enabled, `in` is not read
-  // Scale mode kStatic: K̂'s and V̂'s exponent per KV head (the quantize pass's). Non-null: the
+  // Scale mode kStatic: K̂'s and V̂'s exponent per KV head (the quantize pass's). Enabled: the
   // kernel without per-key factors in its softmax (forward_kernel's kStaticScales).
-  const int8_t* static_key_exponents = nullptr;
-  const int8_t* static_value_exponents = nullptr;
+  StaticExponents static_exponents;
 };
 
 // Head dims with a fused-quantization kernel (128).

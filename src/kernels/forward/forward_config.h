@@ -74,8 +74,14 @@ struct ForwardTile {
   // Every kPolynomialExpEvery-th group of 8 key columns is exponentiated on the FMA pipe
   // (exp2_polynomial) instead of the MUFU, whose 8 cycles per warp instruction match the tensor
   // cores' time per score at head dim 128 (bench_forward_sol, two consumers: 614 -> 713 TFLOP/s
-  // with a quarter of the columns). Head dim 64's three consumers lose with it (471 -> 444).
-  static constexpr int kPolynomialExpEvery = kHeadDim == 128 ? 4 : 0;
+  // with a quarter of the columns). Head dim 64's three consumers lose with it (471 -> 444), and
+  // so did the static tile's three (bench_forward_sol_static: 1126 all on the MUFU, 1022 with
+  // a quarter as the polynomial; FLAMIA_STATIC_POLYNOMIAL_EVERY overrides it for A/Bs).
+#ifndef FLAMIA_STATIC_POLYNOMIAL_EVERY
+#define FLAMIA_STATIC_POLYNOMIAL_EVERY 0
+#endif
+  static constexpr int kPolynomialExpEvery =
+      kHeadDim == 128 ? (kStaticScales ? FLAMIA_STATIC_POLYNOMIAL_EVERY : 4) : 0;
   // K̂/V̂ᵀ ring depth (shared memory: K̂ + V̂ᵀ = 32 KB per stage at D=128, 16 KB at D=64).
   static constexpr int kStages = kHeadDim == 128 ? 3 : 4;
   static constexpr int kQBuffers = 2;  // the next work item's Q̂ loads while this one runs

@@ -106,8 +106,8 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   const bool fused = args.fused.enabled;
   if (fused && (args.debug_p_hat || !forward_supports_fused_quantize(kHeadDim)))
     return cudaErrorInvalidValue;  // no such instantiation
-  const bool static_scales = args.static_key_exponents != nullptr;
-  if (static_scales && (fused || args.static_value_exponents == nullptr))
+  const bool static_scales = args.static_exponents.enabled();
+  if (static_scales && (fused || args.static_exponents.value == nullptr))
     return cudaErrorInvalidValue;  // no such instantiation (validated: static is not fused)
   params.fused_q = args.fused.q;
   params.fused_k = args.fused.k;
@@ -117,8 +117,8 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   params.k_exp = args.in.k.exponents;
   params.v_exp = args.in.v_t.exponents;
   params.lse_shift = args.in.lse_shift;
-  params.static_key_exp = args.static_key_exponents;
-  params.static_value_exp = args.static_value_exponents;
+  params.static_key_exp = args.static_exponents.key;
+  params.static_value_exp = args.static_exponents.value;
   params.cu_seqlens_q = s.cu_seqlens_q;
   params.cu_seqlens_k = s.cu_seqlens_k;
   params.total_q = s.total_q;

@@ -1,7 +1,7 @@
 // Online softmax of one consumer thread's two query rows over a key tile, with the integer
-// running offset of docs/numerics.md §4: t = fma(S 2^ek, c 2^eq, ev), M = ceil(running max t),
-// p = exp2(t - M + 8), P̂ = e4m3(p), l += Σ P̂ 2^-ev (from the P̂·V̂ MMA). Rescales of l and O
-// are exact powers of two.
+// running offset of docs/numerics.md §4: t = fma(S, (c 2^eq) 2^ek, ev), M = ceil(running max t),
+// p = exp2(t - M + 8) (scale mode kStatic: exp2(fma(S, f, ev - M + 8))), P̂ = e4m3(p),
+// l += Σ P̂ 2^-ev (from the P̂·V̂ MMA). Rescales of l and O are exact powers of two.
 #pragma once
 
 #include "kernels/common/softmax_numerics.cuh"
@@ -44,20 +44,26 @@ __host__ __device__ constexpr bool uses_exp2_polynomial(int c, int every) {
   return every > 0 && c % every == every - 1;
 }
 
+// The row's new integer maximum from `m`, the thread's part of max_j t_ij: the quad's maximum,
+// M = max(M, ceil(m)), l rescaled here (`ratio`, old/new, rescales the O accumulator in the
+// caller once the MMA in flight on it has completed). Returns the new offset M - 8
+// (softmax_offset).
+__device__ __forceinline__ float advance_row_max(RowState& state, int row, float& ratio, float m) {
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+  const float new_max = fmaxf(state.row_max[row], ceilf(m));
+  ratio = power_of_two_ratio(state.row_max[row], new_max);
+  state.row_sum[row] *= ratio;
+  state.row_max[row] = new_max;
+  return softmax_offset(new_max);
+}
+
 // The second half of a row's online softmax, once its t are in s and `m` is the thread's part
-// of their maximum: the row's new integer maximum (l rescaled here; `ratio`, old/new, rescales
-// the O accumulator in the caller once the MMA in flight on it has completed), then t -> p =
-// exp2(t - M + 8) in place.
+// of their maximum: the new maximum (advance_row_max), then t -> p = exp2(t - M + 8) in place.
 template <int kBlockN, int kRow, int kPolynomialEvery>
 __device__ __forceinline__ void exponentiate_row(float (&s)[kBlockN / 2], RowState& state,
                                                  float& ratio, float m) {
-  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-  m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-  const float new_max = fmaxf(state.row_max[kRow], ceilf(m));
-  ratio = power_of_two_ratio(state.row_max[kRow], new_max);
-  state.row_sum[kRow] *= ratio;
-  state.row_max[kRow] = new_max;
-  const float offset = softmax_offset(new_max);
+  const float offset = advance_row_max(state, kRow, ratio, m);
 #pragma unroll
   for (int c = 0; c < kBlockN / 8; ++c) {
 #pragma unroll
@@ -116,38 +122,51 @@ __device__ __forceinline__ void softmax_row(float (&s)[kBlockN / 2], RowState& s
   exponentiate_row<kBlockN, kRow, kPolynomialEvery>(s, state, ratio, fmaxf(m_even, m_odd));
 }
 
-// softmax_row for scale mode kStatic, whose keys share one K and one V exponent per head: t =
-// fma(S, (c 2^eq_i) 2^ek, ev) with the factor formed once per row and tile (`row_factor`, the
-// same FP32 product score_exponent forms per element) and no per-key factors read. Keys outside
-// the document are masked by the rows' key ranges in the tiles that hold any (the per-key path
-// masks them by ev = -inf instead): kRowRange (segments) by each row's [first, last], kCausal
-// by each row's last and the tile's first document key `lead` (tile-relative; <= 0 when the
-// tile starts inside the document).
-template <int kBlockN, KeyMask kMask, int kRow, int kPolynomialEvery = 0>
-__device__ __forceinline__ void softmax_row_static(float (&s)[kBlockN / 2], RowState& state,
-                                                   float& ratio, float row_factor,
-                                                   float value_exponent, int lane,
-                                                   int first_key_local, const RowKeyRange& keys) {
-  const int upper = keys.last - first_key_local - 2 * (lane & 3);
-  const int lower =
-      (kMask == KeyMask::kRowRange ? keys.first : 0) - first_key_local - 2 * (lane & 3);
-  float m_even = -INFINITY, m_odd = -INFINITY;
+// Scale mode kStatic's softmax of both rows of the thread, whose keys share one K and one V
+// exponent per head (numerics §4, static): with the row factor f = static_row_factor (formed
+// once per row and tile) and the head's ev, M = ceil(fma(max_j S_ij, f, ev)) and p =
+// exp2(fma(S, f, ev - (M - 8))): per score one max, one FFMA and one exponential, no per-key
+// factor read. Keys outside the document are masked by the rows' key ranges in the tiles that
+// hold any (S = -inf; the per-key path masks them by ev = -inf instead): kRowRange (segments)
+// by each row's [first, last], kCausal by each row's last and the document's first key (row
+// ranges from 0; tile-relative keys < 0 lie before the document).
+template <int kBlockN, KeyMask kMask, int kPolynomialEvery = 0>
+__device__ __forceinline__ void static_softmax_rows(float (&s)[kBlockN / 2], RowState& state,
+                                                    float (&ratio)[kRowsPerThread],
+                                                    const float (&row_factor)[kRowsPerThread],
+                                                    float value_exponent, int lane,
+                                                    int first_key_local,
+                                                    const RowKeyRange (&keys)[kRowsPerThread]) {
+  float m[kRowsPerThread][2];
 #pragma unroll
-  for (int c = 0; c < kBlockN / 8; ++c) {
+  for (int r = 0; r < kRowsPerThread; ++r) m[r][0] = m[r][1] = -INFINITY;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int i = 4 * c + 2 * kRow + h;
-      float t = __fmaf_rn(s[i], row_factor, value_exponent);
-      const int col_off = 8 * c + h;
-      if constexpr (kMask != KeyMask::kNone) {
-        if (col_off > upper || col_off < lower) t = -INFINITY;
-      }
-      s[i] = t;
-      if (h == 0) m_even = fmaxf(m_even, t);
-      if (h == 1) m_odd = fmaxf(m_odd, t);
+  for (int i = 0; i < kBlockN / 2; ++i) {
+    const int r = register_row(i), h = i & 1;
+    if constexpr (kMask != KeyMask::kNone) {
+      const int col_off = 8 * (i >> 2) + h;
+      const int upper = keys[r].last - first_key_local - 2 * (lane & 3);
+      const int lower =
+          (kMask == KeyMask::kRowRange ? keys[r].first : 0) - first_key_local - 2 * (lane & 3);
+      if (col_off > upper || col_off < lower) s[i] = -INFINITY;
     }
+    m[r][h] = fmaxf(m[r][h], s[i]);
   }
-  exponentiate_row<kBlockN, kRow, kPolynomialEvery>(s, state, ratio, fmaxf(m_even, m_odd));
+  float bias[kRowsPerThread];
+#pragma unroll
+  for (int r = 0; r < kRowsPerThread; ++r) {
+    // fma is monotone in S for f > 0: the maximum of t is the t of the maximum S.
+    const float max_t = __fmaf_rn(fmaxf(m[r][0], m[r][1]), row_factor[r], value_exponent);
+    bias[r] = static_exponent_bias(value_exponent, advance_row_max(state, r, ratio[r], max_t));
+  }
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) {
+    const int r = register_row(i);
+    if (uses_exp2_polynomial(i >> 2, kPolynomialEvery))
+      s[i] = exp2_polynomial(static_exponent_argument(s[i], row_factor[r], bias[r]));
+    else
+      s[i] = static_unnormalized_probability(s[i], row_factor[r], bias[r]);
+  }
 }
 
 // Scores of a key tile -> probabilities p (in place), both rows of the thread; `ratio`: each
@@ -164,20 +183,20 @@ __device__ __forceinline__ void softmax_scores_to_probabilities(
                                                    first_key_local, rows[1]);
 }
 
-// The same for scale mode kStatic (softmax_row_static): the rows' factors c 2^eq times the
-// head's key scale, the head's value exponent, and each row's keys within the document.
+// The same for scale mode kStatic (static_softmax_rows): the rows' factors static_row_factor of
+// c 2^eq and the head's key scale, the head's value exponent, and each row's keys within the
+// document.
 template <int kBlockN, KeyMask kMask, int kPolynomialEvery = 0>
 __device__ __forceinline__ void static_scores_to_probabilities(
     float (&s)[kBlockN / 2], RowState& state, float (&ratio)[kRowsPerThread], float key_scale,
     float value_exponent, int lane, int first_key_local,
     const RowKeyRange (&rows)[kRowsPerThread]) {
   static_assert(kRowsPerThread == 2, "rows 0 and 1");
-  softmax_row_static<kBlockN, kMask, 0, kPolynomialEvery>(
-      s, state, ratio[0], __fmul_rn(state.row_factor[0], key_scale), value_exponent, lane,
-      first_key_local, rows[0]);
-  softmax_row_static<kBlockN, kMask, 1, kPolynomialEvery>(
-      s, state, ratio[1], __fmul_rn(state.row_factor[1], key_scale), value_exponent, lane,
-      first_key_local, rows[1]);
+  const float row_factor[kRowsPerThread] = {static_row_factor(state.row_factor[0], key_scale),
+                                            static_row_factor(state.row_factor[1], key_scale)};
+  static_softmax_rows<kBlockN, kMask, kPolynomialEvery>(s, state, ratio, row_factor,
+                                                         value_exponent, lane, first_key_local,
+                                                         rows);
 }
 
 template <int kRegisters>

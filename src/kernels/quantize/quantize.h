@@ -13,12 +13,6 @@
 
 namespace flamia {
 
-// Scale mode kStatic: one caller-supplied exponent per KV head for K̂ and for V̂ (device).
-struct StaticExponents {
-  const int8_t* key = nullptr;
-  const int8_t* value = nullptr;
-};
-
 struct QuantizeForwardArgs {
   PackedShape shape;
   ScaleMode scale_mode = ScaleMode::kExact;
