@@ -56,7 +56,7 @@ def main() -> None:
         for lib in opts.libraries:
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
                 env = dict(os.environ, FLAMIA_LIBRARY=lib)
-                cmd = [sys.executable, __file__, "--child", tmp.name, "--scale-modes",
+                cmd = [sys.executable, __file__, "--child", tmp.name, "--json", tmp.name, "--scale-modes",
                        opts.scale_modes, "--workloads", ",".join(names), lib]
                 subprocess.run(cmd, env=env, check=True)
                 runs[lib].append(json.loads(Path(tmp.name).read_text()))
