@@ -93,6 +93,17 @@ def workload_table(work: dict) -> list[str]:
             f"{r['best_bf16_fwdbwd_ms']:.3f} {r['best_bf16_fwdbwd_name']} | "
             f"{r['speedup_fwdbwd']:.2f} | {fmt('o_rel_l2_vs_ref')} | "
             f"{fmt('dq_rel_l2_vs_ref')}/{fmt('dk_rel_l2_vs_ref')}/{fmt('dv_rel_l2_vs_ref')} |")
+    static = {name: r for name, r in work.items() if "flamia_static_fwd_ms" in r}
+    if static:
+        lines += ["", "scale_mode \"static\" (K and V one caller-supplied exponent per KV head; "
+                      "here this batch's amax, flamia.static_exponents) in the same process, "
+                      "against the same fastest BF16 time:", "",
+                      "| workload | static fwd | x | static fwd+bwd | x |", "|---|---|---|---|---|"]
+        for name, r in static.items():
+            fwd, fb = r["flamia_static_fwd_ms"], r["flamia_static_fwdbwd_ms"]
+            lines.append(f"| {name} | {fwd:.3f} ({r['fwd_flops'] / fwd / 1e9:.0f}) | "
+                         f"{r['best_bf16_fwd_ms'] / fwd:.2f} | {fb:.3f} | "
+                         f"{r['best_bf16_fwdbwd_ms'] / fb:.2f} |")
     lines += ["", "Baselines measured in the same process:", ""]
     for name, r in work.items():
         parts = [f"{b} {v['fwd_ms']:.3f}/{v['fwdbwd_ms']:.3f}" for b, v in r["baselines"].items()]

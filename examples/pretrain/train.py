@@ -304,6 +304,10 @@ def main(argv=None):
                "logit_err_fp8_rotated", "logit_rms"]
     if alternative is not None:
         columns.append("heldout_loss_alt")
+    # flamia_static: the step's K and V elements beyond its delayed exponents' 448 * 2^e
+    static_scales = getattr(attend, "static_scales", None)
+    if static_scales is not None:
+        columns.append("saturated")
     rows = []
     first_step, earlier_wall_s = 0, 0.0
     if args.resume and resume_path.is_file():
@@ -347,6 +351,8 @@ def main(argv=None):
             last = step == train_cfg.steps - 1
             if alternative is not None:
                 row["heldout_loss_alt"] = ""
+            if static_scales is not None:  # (the loss's .item() synchronised already)
+                row["saturated"] = int(sum(int(n) for n in static_scales.saturated.values()))
             if (step + 1) % train_cfg.eval_every == 0 or last:
                 probe.arm(model_cfg.n_layers)  # the first held-out batch's q and k per layer
                 row["heldout_loss"] = heldout_loss(model, heldout_batches, device, timed_attend,
@@ -399,6 +405,10 @@ def main(argv=None):
                          if timer.enabled else None),
         "attention_bench_ms": bench_attention(attend, attend_state, batch, model_cfg, device),
     })
+    if static_scales is not None:  # resumed rows read back from the CSV hold strings
+        saturated = [int(r["saturated"]) for r in rows if r.get("saturated", "") != ""]
+        summary["saturated_elements"] = sum(saturated)
+        summary["steps_with_saturation"] = sum(n > 0 for n in saturated)
     json_path.write_text(json.dumps(summary, indent=2) + "\n")
     if args.save_checkpoint and len(rows) == train_cfg.steps:  # a stopped run saves none
         torch.save({"model": model.state_dict(), "step": len(rows) - 1,

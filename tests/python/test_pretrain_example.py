@@ -634,3 +634,23 @@ def test_delayed_static_scales_take_the_previous_steps_amax():
     assert e.tolist() == [[2, 2], [0, 0]]
     assert int(scales.saturated[0]) == 0
 
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0),
+                    reason="flamia_static trains on an sm_90 (Hopper) GPU")
+def test_static_training_logs_saturation(tmp_path):
+    """flamia_static's steps log how many K and V elements its delayed exponents saturated, and
+    the summary totals them (a run's evidence that the margin held)."""
+    if not (EXAMPLE / "data" / "corpus.npz").is_file():
+        pytest.skip("examples/pretrain/data/corpus.npz is not in this checkout")
+    import train
+
+    result = train.main(["--preset", "cpu-tiny", "--attention", "flamia_static", "--steps", "3",
+                         "--eval-every", "2", "--device", "cuda", "--out-dir", str(tmp_path)])
+    assert result["steps"] == 3 and math.isfinite(result["final_train_loss"])
+    rows = list(csv.DictReader(open(tmp_path / "flamia_static.csv")))
+    counts = [int(r["saturated"]) for r in rows]
+    assert len(counts) == 3 and all(n >= 0 for n in counts)
+    assert result["saturated_elements"] == sum(counts)
+    assert result["steps_with_saturation"] == sum(n > 0 for n in counts)
