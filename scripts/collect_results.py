@@ -98,12 +98,20 @@ def workload_table(work: dict) -> list[str]:
         lines += ["", "scale_mode \"static\" (K and V one caller-supplied exponent per KV head; "
                       "here this batch's amax, flamia.static_exponents) in the same process, "
                       "against the same fastest BF16 time:", "",
-                      "| workload | static fwd | x | static fwd+bwd | x |", "|---|---|---|---|---|"]
+                      "| workload | static fwd | x | static fwd+bwd | x | O err vs ref | "
+                      "dQ/dK/dV err vs ref |", "|---|---|---|---|---|---|---|"]
         for name, r in static.items():
             fwd, fb = r["flamia_static_fwd_ms"], r["flamia_static_fwdbwd_ms"]
+            acc = r.get("static_accuracy") or {}
+
+            def err(key):
+                v = acc.get(key)
+                return f"{v:.2g}" if isinstance(v, (int, float)) else "-"
             lines.append(f"| {name} | {fwd:.3f} ({r['fwd_flops'] / fwd / 1e9:.0f}) | "
                          f"{r['best_bf16_fwd_ms'] / fwd:.2f} | {fb:.3f} | "
-                         f"{r['best_bf16_fwdbwd_ms'] / fb:.2f} |")
+                         f"{r['best_bf16_fwdbwd_ms'] / fb:.2f} | {err('o_rel_l2_vs_ref')} | "
+                         f"{err('dq_rel_l2_vs_ref')}/{err('dk_rel_l2_vs_ref')}/"
+                         f"{err('dv_rel_l2_vs_ref')} |")
     lines += ["", "Baselines measured in the same process:", ""]
     for name, r in work.items():
         parts = [f"{b} {v['fwd_ms']:.3f}/{v['fwdbwd_ms']:.3f}" for b, v in r["baselines"].items()]

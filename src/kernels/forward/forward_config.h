@@ -75,17 +75,15 @@ struct ForwardTile {
   // (exp2_polynomial) instead of the MUFU, whose 8 cycles per warp instruction match the tensor
   // cores' time per score at head dim 128 (bench_forward_sol, two consumers: 614 -> 713 TFLOP/s
   // with a quarter of the columns). Head dim 64's three consumers lose with it (471 -> 444), and
-  // so did the static tile's three (bench_forward_sol_static: 1126 all on the MUFU, 1022 with
-  // a quarter as the polynomial; FLAMIA_STATIC_POLYNOMIAL_EVERY overrides it for A/Bs).
+  // so do scale mode kStatic's tiles, whose softmax is one FFMA and one exponential per score
+  // (session 30, forward end to end: a quarter at head dim 128 +5 to +15%, ab_static_fma.json;
+  // an eighth +5%, and at head dim 64 a quarter, a third or half +6 to +25%, ab_static_poly.json).
+  // FLAMIA_STATIC_POLYNOMIAL_EVERY sets the static tiles' share for such A/Bs.
 #ifndef FLAMIA_STATIC_POLYNOMIAL_EVERY
 #define FLAMIA_STATIC_POLYNOMIAL_EVERY 0
 #endif
-#ifndef FLAMIA_STATIC_D64_POLYNOMIAL_EVERY
-#define FLAMIA_STATIC_D64_POLYNOMIAL_EVERY 0
-#endif
   static constexpr int kPolynomialExpEvery =
-      kHeadDim == 128 ? (kStaticScales ? FLAMIA_STATIC_POLYNOMIAL_EVERY : 4)
-                      : (kStaticScales ? FLAMIA_STATIC_D64_POLYNOMIAL_EVERY : 0);
+      kStaticScales ? FLAMIA_STATIC_POLYNOMIAL_EVERY : kHeadDim == 128 ? 4 : 0;
   // K̂/V̂ᵀ ring depth (shared memory: K̂ + V̂ᵀ = 32 KB per stage at D=128, 16 KB at D=64).
   static constexpr int kStages = kHeadDim == 128 ? 3 : 4;
   static constexpr int kQBuffers = 2;  // the next work item's Q̂ loads while this one runs
