@@ -41,8 +41,7 @@ RowResult naive_row(const Problem& p, const ForwardOperandsRef& ops, int h, int 
     s[jj] = float(dot);
     const float row_factor = c * exp2_int(ops.q.exponent(i, h));
     const float key_scale = exp2_int(ops.k.exponent(k0 + jj, g));
-    factor[jj] =
-        static_scales ? static_row_factor(row_factor, key_scale) : row_factor * key_scale;
+    factor[jj] = static_scales ? static_row_factor(row_factor, key_scale) : row_factor * key_scale;
     t[jj] = std::fmaf(s[jj], factor[jj], float(ops.v.exponent(k0 + jj, g)));
   }
   float tmax = -INFINITY;
@@ -71,29 +70,29 @@ RowResult naive_row(const Problem& p, const ForwardOperandsRef& ops, int h, int 
 
 TEST(ReferenceForward, MatchesTheContractRowByRow) {
   for (ScaleMode mode : {ScaleMode::kBlock32, ScaleMode::kStatic})
-  for (KeySmoothing smoothing : {KeySmoothing::kNone, KeySmoothing::kFirstKey}) {
-    for (bool causal : {true, false}) {
-      Problem p = make_problem({1, 17, 0, 50}, 4, 2, 64, causal, mode);
-      p.key_smoothing = smoothing;
-      const Inputs in = make_inputs(p, {31, 2.0f});
-      const ForwardResult f = forward(p, in);
-      const ForwardOperandsRef ops = quantize_forward_operands(p, in);
-      for (int h = 0; h < p.heads_q; ++h)
-        for (int b = 0; b < p.batch(); ++b)
-          for (int i = p.cu_seqlens_q[b]; i < p.cu_seqlens_q[b + 1]; ++i) {
-            const RowResult want = naive_row(p, ops, h, b, i);
-            const size_t row = size_t(h) * p.total_q() + i;
-            ASSERT_EQ(f.softmax_stats[row * 2], want.m);
-            ASSERT_EQ(f.softmax_stats[row * 2 + 1], want.l);
-            ASSERT_EQ(f.lse[row], want.lse);
-            for (int d = 0; d < p.head_dim; ++d) {
-              ASSERT_EQ(f.o[(size_t(i) * p.heads_q + h) * p.head_dim + d], want.o[d]);
-              ASSERT_EQ(f.o_bf16.bits[f.o_bf16.index(i, h, d)], float_to_bf16(want.o[d]));
+    for (KeySmoothing smoothing : {KeySmoothing::kNone, KeySmoothing::kFirstKey}) {
+      for (bool causal : {true, false}) {
+        Problem p = make_problem({1, 17, 0, 50}, 4, 2, 64, causal, mode);
+        p.key_smoothing = smoothing;
+        const Inputs in = make_inputs(p, {31, 2.0f});
+        const ForwardResult f = forward(p, in);
+        const ForwardOperandsRef ops = quantize_forward_operands(p, in);
+        for (int h = 0; h < p.heads_q; ++h)
+          for (int b = 0; b < p.batch(); ++b)
+            for (int i = p.cu_seqlens_q[b]; i < p.cu_seqlens_q[b + 1]; ++i) {
+              const RowResult want = naive_row(p, ops, h, b, i);
+              const size_t row = size_t(h) * p.total_q() + i;
+              ASSERT_EQ(f.softmax_stats[row * 2], want.m);
+              ASSERT_EQ(f.softmax_stats[row * 2 + 1], want.l);
+              ASSERT_EQ(f.lse[row], want.lse);
+              for (int d = 0; d < p.head_dim; ++d) {
+                ASSERT_EQ(f.o[(size_t(i) * p.heads_q + h) * p.head_dim + d], want.o[d]);
+                ASSERT_EQ(f.o_bf16.bits[f.o_bf16.index(i, h, d)], float_to_bf16(want.o[d]));
+              }
+              ASSERT_EQ(want.m, std::floor(want.m));  // M is an integer
             }
-            ASSERT_EQ(want.m, std::floor(want.m));  // M is an integer
-          }
+      }
     }
-  }
 }
 
 // head dim x GQA ratio x scale mode x causal

@@ -181,9 +181,8 @@ __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const
         const uint8_t code = uint8_t(p_hat[kk][w] >> (8 * b));
         const int64_t at =
             (int64_t(head) * p.total_q + q0 + col) * p.total_k + item.key0 + tile_row[r];
-        p.debug_p_hat[at] =
-            e4m3_decode(code) * power_of_two(softmax_offset_of<kStaticScales>(
-                                    qf.offset[col], key.score[r].value_exponent));
+        p.debug_p_hat[at] = e4m3_decode(code) * power_of_two(softmax_offset_of<kStaticScales>(
+                                                    qf.offset[col], key.score[r].value_exponent));
       }
 }
 

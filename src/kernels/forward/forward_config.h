@@ -82,8 +82,9 @@ struct ForwardTile {
 #ifndef FLAMIA_STATIC_POLYNOMIAL_EVERY
 #define FLAMIA_STATIC_POLYNOMIAL_EVERY 0
 #endif
-  static constexpr int kPolynomialExpEvery =
-      kStaticScales ? FLAMIA_STATIC_POLYNOMIAL_EVERY : kHeadDim == 128 ? 4 : 0;
+  static constexpr int kPolynomialExpEvery = kStaticScales     ? FLAMIA_STATIC_POLYNOMIAL_EVERY
+                                             : kHeadDim == 128 ? 4
+                                                               : 0;
   // K̂/V̂ᵀ ring depth (shared memory: K̂ + V̂ᵀ = 32 KB per stage at D=128, 16 KB at D=64).
   static constexpr int kStages = kHeadDim == 128 ? 3 : 4;
   static constexpr int kQBuffers = 2;  // the next work item's Q̂ loads while this one runs

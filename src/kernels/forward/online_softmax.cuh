@@ -194,9 +194,8 @@ __device__ __forceinline__ void static_scores_to_probabilities(
   static_assert(kRowsPerThread == 2, "rows 0 and 1");
   const float row_factor[kRowsPerThread] = {static_row_factor(state.row_factor[0], key_scale),
                                             static_row_factor(state.row_factor[1], key_scale)};
-  static_softmax_rows<kBlockN, kMask, kPolynomialEvery>(s, state, ratio, row_factor,
-                                                         value_exponent, lane, first_key_local,
-                                                         rows);
+  static_softmax_rows<kBlockN, kMask, kPolynomialEvery>(s, state, ratio, row_factor, value_exponent,
+                                                        lane, first_key_local, rows);
 }
 
 template <int kRegisters>
