@@ -79,7 +79,7 @@ struct ConsumerRows {
 // tiles over the CTA's items (the K/V ring position); `item_count` its items (the Q buffer).
 // kStagedOutput: the epilogue through shared memory (write_outputs_staged), in the kernels without
 // fused quantization, whose producer leaves the two fused staging slots unused.
-// kStaticScales: scale mode kStatic (softmax_row_static: no per-key factors in the softmax).
+// kStaticScales: scale mode kStatic (static_softmax_rows: no per-key factors in the softmax).
 template <int kHeadDim, bool kDebugProbabilities, bool kSegment, bool kStagedOutput,
           bool kStaticScales, typename Storage>
 __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& smem,
