@@ -46,16 +46,16 @@ BACKENDS = ("bf16", "sdpa", "flamia_exact", "flamia_block32", "flamia_static", *
 
 
 class DelayedStaticScales:
-    """Delayed scaling for scale_mode "static": per attention call of a step (a layer; the
-    calls of one step share its cu_seqlens tensor), K's and V's per-head amax over the last
-    `history` steps gives the exponents of the next step's call (flamia.static_exponents, plus
-    `margin` binades of headroom: a K or V that outgrows them saturates at 448 * 2^e, counted in
-    `saturated`). The first step's exponents come from its own K and V."""
+    """Delayed scaling for scale_mode "static" over a model's attention calls: the calls of one
+    step share its cu_seqlens tensor and come in layer order, so each gets its layer's
+    flamia.StaticScaleHistory (K's and V's per-head amax over the last `history` steps plus
+    `margin` binades; the first step's from its own K and V). `saturated`: layer -> the count of
+    its K and V elements beyond 448 * 2^e in its last call (a device tensor)."""
 
     def __init__(self, margin: int = 1, history: int = 16):
         self.margin, self.history = margin, history
-        self.amax = {}  # layer -> list of (2, heads_kv) amax of the last steps
-        self.saturated = {}  # layer -> elements of its K and V beyond 448 * 2^e (this step)
+        self.layers = {}  # layer -> flamia.StaticScaleHistory
+        self.saturated = {}
         self._step_key, self._layer = None, 0
 
     def exponents(self, k, v, cu_seqlens):
@@ -64,16 +64,10 @@ class DelayedStaticScales:
         if cu_seqlens is not self._step_key:  # a new step: its calls are its layers, in order
             self._step_key, self._layer = cu_seqlens, 0
         layer, self._layer = self._layer, self._layer + 1
-        current = torch.stack([t.detach().abs().amax(dim=(0, 2)).float() for t in (k, v)])
-        past = self.amax.setdefault(layer, [])
-        bound = torch.stack(past).amax(dim=0) if past else current
-        e = flamia.static_exponents(bound[0], bound[1], margin=self.margin)
-        limit = 448.0 * torch.exp2(e.float())[:, None, :, None]  # (2, 1, heads_kv, 1)
-        # a device tensor (no host synchronisation in the step); int() it when logging
-        self.saturated[layer] = sum((t.detach().abs() > limit[i]).sum()
-                                    for i, t in enumerate((k, v)))
-        past.append(current)
-        del past[:-self.history]
+        history = self.layers.setdefault(layer, flamia.StaticScaleHistory(self.margin,
+                                                                          self.history))
+        e = history.exponents(k, v)
+        self.saturated[layer] = history.saturated
         return e
 
 

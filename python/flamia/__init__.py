@@ -20,6 +20,7 @@ are the default).
 from . import _ops  # noqa: F401  (registers torch.ops.flamia.fwd and torch.ops.flamia.bwd)
 from ._capi import FlamiaError, LibraryNotFound, candidate_paths, library_path
 from ._interface import attn_func, attn_varlen_func, explain, static_exponents
+from ._static_scaling import StaticScaleHistory
 
 __version__ = "0.1.0"
 
@@ -28,6 +29,7 @@ __all__ = [
     "attn_func",
     "explain",
     "static_exponents",
+    "StaticScaleHistory",
     "FlamiaError",
     "LibraryNotFound",
     "library_path",

@@ -175,15 +175,9 @@ E4M3_MAX = 448.0
 STATIC_EXPONENT_RANGE = (-126, 127)  # E8M0's (numerics §1); an int8 below -126 counts as -126
 
 
-def static_exponents(k: Tensor, v: Tensor, margin: int = 0) -> Tensor:
-    """scale_mode "static"'s exponents from K and V (or from their per-head amax, shaped
-    (heads_kv,)): int8 (2, heads_kv) on their device, row 0 K's, row 1 V's, the smallest e per KV
-    head with amax * 2^-e <= 448, plus `margin` binades of headroom. For delayed scaling, pass an
-    earlier step's tensors or amax: exponents that depend on no token of this step keep the
-    forward exactly causal (from this step's own K and V they would not: a later token could
-    change an earlier one's scale). Runs on the device, no host synchronisation."""
-    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
-        raise ValueError(f"margin must be a non-negative int, got {margin!r}")
+def key_value_amax(k: Tensor, v: Tensor) -> Tensor:
+    """(2, heads_kv) FP32: K's and V's amax per KV head, from (tokens, heads_kv, head_dim) tensors
+    or (heads_kv,) amax (taken as they are)."""
     amax = []
     for name, t in (("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
@@ -196,7 +190,19 @@ def static_exponents(k: Tensor, v: Tensor, margin: int = 0) -> Tensor:
         amax.append(t.float())
     if amax[0].shape != amax[1].shape:
         raise ValueError(f"k and v have {amax[0].shape[0]} and {amax[1].shape[0]} heads")
-    amax = torch.stack(amax)
+    return torch.stack(amax)
+
+
+def static_exponents(k: Tensor, v: Tensor, margin: int = 0) -> Tensor:
+    """scale_mode "static"'s exponents from K and V (or from their per-head amax, shaped
+    (heads_kv,)): int8 (2, heads_kv) on their device, row 0 K's, row 1 V's, the smallest e per KV
+    head with amax * 2^-e <= 448, plus `margin` binades of headroom. For delayed scaling, pass an
+    earlier step's tensors or amax: exponents that depend on no token of this step keep the
+    forward exactly causal (from this step's own K and V they would not: a later token could
+    change an earlier one's scale). Runs on the device, no host synchronisation."""
+    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+        raise ValueError(f"margin must be a non-negative int, got {margin!r}")
+    amax = key_value_amax(k, v)
     e = torch.ceil(torch.log2(amax.clamp_min(2.0**-126) / E4M3_MAX)) + margin
     e = torch.where(amax > 0, e, float(STATIC_EXPONENT_RANGE[0]))  # an all-zero head: any e fits
     return e.clamp(*STATIC_EXPONENT_RANGE).to(torch.int8)

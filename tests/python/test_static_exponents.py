@@ -42,3 +42,50 @@ def test_margin_amax_input_and_range():
 def test_bad_arguments(k, v, margin, error):
     with pytest.raises(error):
         flamia.static_exponents(k, v, margin=margin)
+
+
+def _kv(a_k, a_v, heads=2):
+    """(3, heads, 4) K and V whose every head's amax is a_k and a_v."""
+    k, v = torch.zeros(3, heads, 4), torch.zeros(3, heads, 4)
+    k[1, :, 2], v[2, :, 0] = a_k, -a_v
+    return k, v
+
+
+def test_history_takes_the_recorded_calls_amax():
+    scales = flamia.StaticScaleHistory(margin=0, history=2)
+    assert scales.exponents(*_kv(4.0, 448.0)).tolist() == [[-6, -6], [0, 0]]  # its own: first
+    assert int(scales.saturated) == 0
+    assert scales.exponents(*_kv(900.0, 2.0)).tolist() == [[-6, -6], [0, 0]]  # call 1's amax
+    assert int(scales.saturated) == 2  # K's 900 > 448 * 2^-6 in both heads; V's 2 fits
+    assert scales.exponents(*_kv(1.0, 1.0)).tolist() == [[2, 2], [0, 0]]  # max of calls 1, 2
+    assert scales.exponents(*_kv(1.0, 1.0)).tolist() == [[2, 2], [-7, -7]]  # calls 2, 3
+    assert scales.exponents(*_kv(1.0, 1.0)).tolist() == [[-8, -8], [-8, -8]]  # calls 3, 4
+
+
+def test_history_margin_and_unrecorded_calls():
+    scales = flamia.StaticScaleHistory(margin=2, history=4)
+    scales.exponents(*_kv(1.0, 1.0))
+    # a recomputed forward (record=False) sees the same history and adds nothing to it
+    assert scales.exponents(*_kv(1000.0, 1000.0), record=False).tolist() == [[-6, -6], [-6, -6]]
+    assert int(scales.saturated) == 2 * 2
+    assert scales.exponents(*_kv(1.0, 1.0)).tolist() == [[-6, -6], [-6, -6]]
+
+
+@pytest.mark.parametrize("make, error", [
+    (lambda: flamia.StaticScaleHistory(margin=-1), ValueError),
+    (lambda: flamia.StaticScaleHistory(history=0), ValueError),
+    (lambda: flamia.StaticScaleHistory(history=True), ValueError),
+    (lambda: flamia.StaticScaleHistory().exponents(torch.ones(2), torch.ones(2)), ValueError),
+    (lambda: flamia.StaticScaleHistory().exponents(*_kv(1.0, 1.0, heads=2)[:1], torch.ones(3, 3, 4)),
+     ValueError),
+])
+def test_history_rejects_bad_arguments(make, error):
+    with pytest.raises(error):
+        make()
+
+
+def test_history_rejects_another_head_count():
+    scales = flamia.StaticScaleHistory()
+    scales.exponents(*_kv(1.0, 1.0, heads=2))
+    with pytest.raises(ValueError, match="KV heads"):
+        scales.exponents(*_kv(1.0, 1.0, heads=3))

@@ -1,0 +1,51 @@
+"""Delayed scaling for scale_mode "static": exponents from earlier calls' K and V amax."""
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._interface import E4M3_MAX, key_value_amax, static_exponents
+
+
+class StaticScaleHistory:
+    """Delayed scaling for scale_mode "static", one object per attention layer:
+
+        scales = flamia.StaticScaleHistory(margin=1, history=16)   # in the layer's __init__
+        e = scales.exponents(k, v)                                  # in its forward
+        out = flamia.attn_varlen_func(..., scale_mode="static", static_exponents=e)
+
+    exponents(k, v) returns flamia.static_exponents of the K and V amax per KV head over the
+    last `history` recorded calls (plus `margin` binades of headroom), then records this call's
+    amax. Exponents that depend on no token of the current call keep the forward exactly causal;
+    the first call, with nothing recorded, takes its own amax (as a bound must come from
+    somewhere). Elements that outgrow the exponents saturate at 448 * 2^e: `saturated` holds
+    their count for the last call (a device tensor; reading it synchronises). A recomputed
+    forward (activation checkpointing) should pass record=False, so that a step records once.
+    Everything stays on the tensors' device; no host synchronisation."""
+
+    def __init__(self, margin: int = 1, history: int = 16):
+        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
+            raise ValueError(f"margin must be a non-negative int, got {margin!r}")
+        if isinstance(history, bool) or not isinstance(history, int) or history < 1:
+            raise ValueError(f"history must be a positive int, got {history!r}")
+        self.margin, self.history = margin, history
+        self._amax: list[Tensor] = []  # (2, heads_kv) of the recorded calls, oldest first
+        self.saturated: Tensor | None = None
+
+    def exponents(self, k: Tensor, v: Tensor, record: bool = True) -> Tensor:
+        for name, t in (("k", k), ("v", v)):
+            if not isinstance(t, Tensor) or t.dim() != 3:
+                raise ValueError(f"{name} must be a (tokens, heads_kv, head_dim) tensor")
+        current = key_value_amax(k, v)
+        if self._amax and self._amax[0].shape != current.shape:
+            raise ValueError(f"k and v have {current.shape[1]} KV heads; the recorded calls had "
+                             f"{self._amax[0].shape[1]}")
+        bound = torch.stack(self._amax).amax(dim=0) if self._amax else current
+        e = static_exponents(bound[0], bound[1], margin=self.margin)
+        limit = E4M3_MAX * torch.exp2(e.float())  # (2, heads_kv): K's, V's largest finite value
+        self.saturated = sum((t.detach().abs() > limit[i, None, :, None]).sum()
+                             for i, t in enumerate((k, v)))
+        if record:
+            self._amax.append(current)
+            del self._amax[:-self.history]
+        return e
