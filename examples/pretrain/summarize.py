@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import os
 import pathlib
@@ -53,8 +54,16 @@ REPLICATE_STYLES = ("--", ":", "-.")  # line styles of the replicates in the plo
 SPIKE_WARMUP_DEFAULT = 150  # train.py's spike_warmup, for replicates without metadata
 
 
+def run_csv(directory, name):
+    """DIR/<name>.csv, or its gzipped copy DIR/<name>.csv.gz (how bench/results keeps them)."""
+    path = pathlib.Path(directory) / f"{name}.csv"
+    gzipped = path.with_name(path.name + ".gz")
+    return gzipped if not path.is_file() and gzipped.is_file() else path
+
+
 def read_csv(path):
-    with open(path, newline="") as f:
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", newline="") as f:
         rows = list(csv.DictReader(f))
     steps = np.array([int(r["step"]) for r in rows])
     loss = np.array([float(r["loss"]) for r in rows])
@@ -147,7 +156,7 @@ def statistics_at_step(step, window, run_dirs, names, baseline):
     `step`."""
     run_sets = []
     for directory in run_dirs:
-        paths = {name: pathlib.Path(directory) / f"{name}.csv" for name in names}
+        paths = {name: run_csv(directory, name) for name in names}
         run_sets.append({name: losses_at(path, step, window)
                          for name, path in paths.items() if path.is_file()})
     for run_set in run_sets:  # a run too short for the window counts as missing
@@ -163,7 +172,7 @@ def run_ratios(runs_dir, names, baseline, main_base_loss=None, main_warmup=None)
     runs_dir = pathlib.Path(runs_dir)
     out, losses = {}, {}
     for name in names:
-        path = runs_dir / f"{name}.csv"
+        path = run_csv(runs_dir, name)
         if path.is_file():
             out[name], (_, losses[name], _) = final_losses(path)
     if baseline in out:
@@ -182,7 +191,7 @@ def run_ratios(runs_dir, names, baseline, main_base_loss=None, main_warmup=None)
 
 def baseline_repeat(path, baseline, base_loss, base_result, warmup):
     """One repeat of the baseline run (DIR/<baseline>.csv) against the main baseline run."""
-    out, curves = final_losses(pathlib.Path(path) / f"{baseline}.csv")
+    out, curves = final_losses(run_csv(path, baseline))
     ratio = after_warmup(spike_ratio(curves[1], base_loss), warmup)
     out.update(max_spike=float(np.max(ratio)), min_spike=float(np.min(ratio)))
     out.update({f"{key}_vs_baseline": v for key, v in loss_ratios(out, base_result).items()})
@@ -235,7 +244,7 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replica
     runs_dir = pathlib.Path(runs_dir)
     loaded = {}
     for name in names:
-        csv_path, json_path = runs_dir / f"{name}.csv", runs_dir / f"{name}.json"
+        csv_path, json_path = run_csv(runs_dir, name), runs_dir / f"{name}.json"
         if not csv_path.is_file():
             print(f"skipping {name}: no {csv_path}")
             continue
@@ -285,7 +294,7 @@ def summarize(runs_dir, names, baseline, out_json, png, timing_dir=None, replica
     replicate_curves = []  # (backend, label, line style, curve) of every replicate run
     for index, (label, path) in enumerate(replicates):
         for name in names:
-            csv_path = pathlib.Path(path) / f"{name}.csv"
+            csv_path = run_csv(path, name)
             if csv_path.is_file() and name in loaded:
                 replicate_curves.append((name, f"{name} {label}", REPLICATE_STYLES[
                     index % len(REPLICATE_STYLES)], read_csv(csv_path)))

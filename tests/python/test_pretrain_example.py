@@ -191,6 +191,34 @@ def test_summary_reads_baseline_repeats_as_the_noise_floor(tmp_path):
     assert json.loads((tmp_path / "p.json").read_text())["baseline_repeats"][0]["csv"]
 
 
+def test_summary_reads_gzipped_csvs_as_plain_ones(tmp_path):
+    """bench/results keeps the runs' CSVs gzipped: summarize.py gives the same report from them
+    (a run with only DIR/<name>.csv.gz), and a plain CSV is still read first."""
+    pytest.importorskip("matplotlib")
+    import gzip
+    import summarize
+
+    steps = np.arange(300)
+    base = 3.0 / (1.0 + steps / 50.0) + 1.0
+    plain, packed = tmp_path / "plain", tmp_path / "packed"
+    for d in (plain, packed):
+        d.mkdir()
+        write_loss_csv(d / "bf16.csv", base)
+        write_loss_csv(d / "flamia_exact.csv", base * 1.02)
+    for name in ("bf16", "flamia_exact"):
+        csv_file = packed / f"{name}.csv"
+        (packed / f"{name}.csv.gz").write_bytes(gzip.compress(csv_file.read_bytes()))
+        csv_file.unlink()
+    reports = [summarize.summarize(d, ["bf16", "flamia_exact"], "bf16", d / "p.json", d / "p.png")
+               for d in (plain, packed)]
+    for key in ("final_train_loss", "final_heldout_loss", "max_spike", "train_vs_baseline"):
+        assert reports[0]["runs"]["flamia_exact"][key] == reports[1]["runs"]["flamia_exact"][key]
+    assert reports[1]["runs"]["flamia_exact"]["train_vs_baseline"] == pytest.approx(1.02, abs=1e-5)
+    assert summarize.run_csv(packed, "bf16").name == "bf16.csv.gz"
+    write_loss_csv(packed / "bf16.csv", base)
+    assert summarize.run_csv(packed, "bf16").name == "bf16.csv"
+
+
 def test_summary_gives_each_backends_spread_over_same_seed_repeats(tmp_path):
     """Three runs per backend (the main runs and two replicate directories): each backend's mean,
     standard deviation and standard error, and its mean over the baseline's with that ratio's
