@@ -79,13 +79,15 @@ struct ConsumerRows {
 // tiles over the CTA's items (the K/V ring position); `item_count` its items (the Q buffer).
 // kStagedOutput: the epilogue through shared memory (write_outputs_staged), in the kernels without
 // fused quantization, whose producer leaves the two fused staging slots unused.
-// kStaticScales: scale mode kStatic (static_softmax_rows: no per-key factors in the softmax).
+// Storage::Tile::kStaticScales: scale mode kStatic's tile (static_softmax_rows: no per-key
+// factors in the softmax).
 template <int kHeadDim, bool kDebugProbabilities, bool kSegment, bool kStagedOutput,
-          bool kStaticScales, typename Storage>
+          typename Storage>
 __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& smem,
                                               const WorkItem& w, const ConsumerRows& rows,
                                               int index, int item_count, int& iteration) {
   using Tile = typename Storage::Tile;
+  constexpr bool kStaticScales = Tile::kStaticScales;
   constexpr int kBlockN = Tile::kBlockN;
   const int lane = rows.lane;
   const int tile_row0 = rows.tile_row0;
@@ -212,13 +214,13 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
 
 // kFusedQuantize: the fused kernel's register split (the producer quantizes; forward_config.h).
 // kWindowed: the kernel for a sliding window, whose items may need per-row key ranges.
-// kStaticScales: scale mode kStatic (run_work_item).
+// Storage::Tile::kStaticScales: scale mode kStatic's tile (run_work_item).
 template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize, bool kWindowed,
-          bool kStaticScales, typename Storage>
+          typename Storage>
 __device__ __forceinline__ void run_consumer(const ForwardParams& p, Storage& smem, int consumer) {
   using Tile = typename Storage::Tile;
   hopper::warpgroup_registers_increase<kFusedQuantize ? Tile::kFusedConsumerRegisters
-                                       : kStaticScales && !kWindowed
+                                       : Tile::kStaticScales && !kWindowed
                                            ? Tile::kStaticConsumerRegisters
                                            : Tile::kConsumerRegisters>();
   const int thread = threadIdx.x % kWarpgroupThreads;
@@ -240,11 +242,11 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, Storage& sm
     const WorkItem w = smem.item[q_buffer];
     constexpr bool kStaged = !kFusedQuantize;
     if (w.geo.doc_count > 1 || (kWindowed && w.geo.causal_from == TileGeometry::kWindowed))
-      run_work_item<kHeadDim, kDebugProbabilities, true, kStaged, kStaticScales>(
-          p, smem, w, rows, index, item_count, iteration);
+      run_work_item<kHeadDim, kDebugProbabilities, true, kStaged>(p, smem, w, rows, index,
+                                                                  item_count, iteration);
     else
-      run_work_item<kHeadDim, kDebugProbabilities, false, kStaged, kStaticScales>(
-          p, smem, w, rows, index, item_count, iteration);
+      run_work_item<kHeadDim, kDebugProbabilities, false, kStaged>(p, smem, w, rows, index,
+                                                                   item_count, iteration);
     if (stamps) timeline::stamp(index, 3 * consumer + 2);
     if (stamps && consumer == 0) timeline::record_place(index, w.geo.n_tiles);
   }

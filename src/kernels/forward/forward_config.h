@@ -20,10 +20,11 @@ constexpr int kMmaK = 32;             // FP8 wgmma K
 // kStaticScales: the tile of scale mode kStatic's kernels, whose softmax holds no per-key
 // factors: at head dim 128 three consumer warpgroups fit its registers (they do not fit the
 // per-key softmax's: below).
-template <int kHeadDim, bool kStaticScales = false>
+template <int kHeadDim, bool kStaticScaleMode = false>
 struct ForwardTile {
   static_assert(kHeadDim == 64 || kHeadDim == 128, "head dims with a forward kernel");
   static constexpr int kD = kHeadDim;
+  static constexpr bool kStaticScales = kStaticScaleMode;  // the consumers' softmax reads it
   // Consumers: the softmax is latency-bound (bench_forward_sol: two consumer warps per scheduler
   // leave the tensor cores, the MUFU and the issue slots each mostly idle), so more consumer
   // warps help where their registers fit: three at head dim 64 (192-row query tiles; +33% in

@@ -56,8 +56,8 @@ __global__ void __launch_bounds__(ForwardTile<kHeadDim, kStaticScales>::kThreads
     else
       run_producer<kHeadDim, kWindowed>(params, smem);
   } else {
-    run_consumer<kHeadDim, kDebugProbabilities, kFusedQuantize, kWindowed, kStaticScales>(
-        params, smem, warpgroup - 1);
+    run_consumer<kHeadDim, kDebugProbabilities, kFusedQuantize, kWindowed>(params, smem,
+                                                                           warpgroup - 1);
   }
 }
 
