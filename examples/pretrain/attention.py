@@ -64,8 +64,8 @@ class DelayedStaticScales:
         if cu_seqlens is not self._step_key:  # a new step: its calls are its layers, in order
             self._step_key, self._layer = cu_seqlens, 0
         layer, self._layer = self._layer, self._layer + 1
-        history = self.layers.setdefault(layer, flamia.StaticScaleHistory(self.margin,
-                                                                          self.history))
+        history = self.layers.setdefault(
+            layer, flamia.StaticScaleHistory(self.margin, self.history, count_saturated=True))
         e = history.exponents(k, v)
         self.saturated[layer] = history.saturated
         return e

@@ -18,19 +18,23 @@ class StaticScaleHistory:
     last `history` recorded calls (plus `margin` binades of headroom), then records this call's
     amax. Exponents that depend on no token of the current call keep the forward exactly causal;
     the first call, with nothing recorded, takes its own amax (as a bound must come from
-    somewhere). Elements that outgrow the exponents saturate at 448 * 2^e: `saturated` holds
-    their count for the last call (a device tensor; reading it synchronises). A recomputed
-    forward (activation checkpointing) should pass record=False, so that a step records once.
-    Everything stays on the tensors' device; no host synchronisation."""
+    somewhere). Elements that outgrow the exponents saturate at 448 * 2^e: `saturated_heads`,
+    a (2, heads_kv) bool tensor, says which of the last call's K and V heads did (from the amax
+    the call computes anyway), and with count_saturated=True `saturated` holds how many
+    elements (one more pass over K and V). Both are device tensors (reading them synchronises).
+    A recomputed forward (activation checkpointing) should pass record=False, so that a step
+    records once. Everything stays on the tensors' device; no host synchronisation. The amax
+    (and the count) read K and V once more outside flamia's kernels."""
 
-    def __init__(self, margin: int = 1, history: int = 16):
+    def __init__(self, margin: int = 1, history: int = 16, count_saturated: bool = False):
         if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
             raise ValueError(f"margin must be a non-negative int, got {margin!r}")
         if isinstance(history, bool) or not isinstance(history, int) or history < 1:
             raise ValueError(f"history must be a positive int, got {history!r}")
-        self.margin, self.history = margin, history
+        self.margin, self.history, self.count_saturated = margin, history, count_saturated
         self._amax: list[Tensor] = []  # (2, heads_kv) of the recorded calls, oldest first
-        self.saturated: Tensor | None = None
+        self.saturated_heads: Tensor | None = None
+        self.saturated: Tensor | None = None  # with count_saturated
 
     def exponents(self, k: Tensor, v: Tensor, record: bool = True) -> Tensor:
         for name, t in (("k", k), ("v", v)):
@@ -43,8 +47,10 @@ class StaticScaleHistory:
         bound = torch.stack(self._amax).amax(dim=0) if self._amax else current
         e = static_exponents(bound[0], bound[1], margin=self.margin)
         limit = E4M3_MAX * torch.exp2(e.float())  # (2, heads_kv): K's, V's largest finite value
-        self.saturated = sum((t.detach().abs() > limit[i, None, :, None]).sum()
-                             for i, t in enumerate((k, v)))
+        self.saturated_heads = current > limit
+        if self.count_saturated:
+            self.saturated = sum((t.detach().abs() > limit[i, None, :, None]).sum()
+                                 for i, t in enumerate((k, v)))
         if record:
             self._amax.append(current)
             del self._amax[:-self.history]

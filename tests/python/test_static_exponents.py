@@ -52,11 +52,12 @@ def _kv(a_k, a_v, heads=2):
 
 
 def test_history_takes_the_recorded_calls_amax():
-    scales = flamia.StaticScaleHistory(margin=0, history=2)
+    scales = flamia.StaticScaleHistory(margin=0, history=2, count_saturated=True)
     assert scales.exponents(*_kv(4.0, 448.0)).tolist() == [[-6, -6], [0, 0]]  # its own: first
-    assert int(scales.saturated) == 0
+    assert int(scales.saturated) == 0 and not scales.saturated_heads.any()
     assert scales.exponents(*_kv(900.0, 2.0)).tolist() == [[-6, -6], [0, 0]]  # call 1's amax
     assert int(scales.saturated) == 2  # K's 900 > 448 * 2^-6 in both heads; V's 2 fits
+    assert scales.saturated_heads.tolist() == [[True, True], [False, False]]
     assert scales.exponents(*_kv(1.0, 1.0)).tolist() == [[2, 2], [0, 0]]  # max of calls 1, 2
     assert scales.exponents(*_kv(1.0, 1.0)).tolist() == [[2, 2], [-7, -7]]  # calls 2, 3
     assert scales.exponents(*_kv(1.0, 1.0)).tolist() == [[-8, -8], [-8, -8]]  # calls 3, 4
@@ -67,7 +68,7 @@ def test_history_margin_and_unrecorded_calls():
     scales.exponents(*_kv(1.0, 1.0))
     # a recomputed forward (record=False) sees the same history and adds nothing to it
     assert scales.exponents(*_kv(1000.0, 1000.0), record=False).tolist() == [[-6, -6], [-6, -6]]
-    assert int(scales.saturated) == 2 * 2
+    assert scales.saturated_heads.all() and scales.saturated is None  # not counted by default
     assert scales.exponents(*_kv(1.0, 1.0)).tolist() == [[-6, -6], [-6, -6]]
 
 
