@@ -182,8 +182,9 @@ def key_value_amax(k: Tensor, v: Tensor) -> Tensor:
     for name, t in (("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-        if t.dim() == 3:  # (tokens, heads_kv, head_dim)
-            t = t.detach().abs().amax(dim=(0, 2)) if t.shape[0] else t.new_zeros(t.shape[1])
+        if t.dim() == 3:  # (tokens, heads_kv, head_dim); the inf-norm: one pass, no |t| copy
+            t = (torch.linalg.vector_norm(t.detach(), ord=float("inf"), dim=(0, 2))
+                 if t.shape[0] else t.new_zeros(t.shape[1]))
         elif t.dim() != 1:
             raise ValueError(f"{name} must be (tokens, heads_kv, head_dim) or a (heads_kv,) amax, "
                              f"got shape {tuple(t.shape)}")

@@ -90,3 +90,22 @@ def test_history_rejects_another_head_count():
     scales.exponents(*_kv(1.0, 1.0, heads=2))
     with pytest.raises(ValueError, match="KV heads"):
         scales.exponents(*_kv(1.0, 1.0, heads=3))
+
+
+def test_amax_is_the_largest_magnitude_per_head():
+    """key_value_amax (static_exponents' and StaticScaleHistory's) equals |t|.amax over tokens
+    and head dim for every dtype, NaN and infinities included."""
+    from flamia._interface import key_value_amax
+
+    gen = torch.Generator().manual_seed(3)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        k = (torch.randn(300, 3, 16, generator=gen) * 5).to(dtype)
+        v = (torch.randn(300, 3, 16, generator=gen) * 5).to(dtype)
+        k[7, 1, 2], k[:, 2] = -900.0, 0.0
+        v[0, 0, 0], v[1, 1, 1] = float("nan"), float("-inf")
+        got = key_value_amax(k, v)
+        want = torch.stack([k.abs().amax(dim=(0, 2)), v.abs().amax(dim=(0, 2))]).float()
+        assert torch.equal(got.isnan(), want.isnan())
+        assert torch.equal(got.nan_to_num(), want.nan_to_num())
+    empty = key_value_amax(torch.zeros(0, 2, 8), torch.zeros(0, 2, 8))
+    assert empty.tolist() == [[0.0, 0.0], [0.0, 0.0]]
