@@ -272,8 +272,10 @@ def markdown(results: dict) -> str:
     t = results.get("tests", {})
     if results.get("commit_note"):
         lines += [f"Notes: {results['commit_note']}.", ""]
-    lines.append(f"Tests: {t.get('passed', 0)} passed, {t.get('failed', 0)} failed, "
-                 f"{t.get('skipped', 0)} skipped.")
+    lines.append(f"Tests{' at ' + t['commit'] if t.get('commit') else ''}: "
+                 f"{t.get('passed', 0)} passed, {t.get('failed', 0)} failed, "
+                 f"{t.get('skipped', 0)} skipped" +
+                 (f" ({results['tests_at_head']})" if results.get("tests_at_head") else "") + ".")
     qz = results.get("quantize")
     if qz:
         lines += ["", f"Quantize pass: {qz.get('bytes', 0) / 1e9:.2f} GB in {qz.get('ms', 0):.3f} ms = "
@@ -445,7 +447,9 @@ def main():
     previous = dest / "h200.json"  # its other keys (A/B runs, profiles) name their own commits
     if previous.exists():
         for key, value in json.loads(previous.read_text()).items():
-            if key not in results and key not in ("commit_note", "measured_per_shape"):
+            stale = ("commit_note", "measured_per_shape") + (  # a new run's tests replace it
+                ("tests_at_head",) if "tests" in results else ())
+            if key not in results and key not in stale:
                 results[key] = value
     write_results(dest, results)
     print(f"wrote {dest / 'h200.json'} and {dest / 'h200.md'}")
