@@ -75,8 +75,8 @@ __device__ __forceinline__ void set_packed_key_visibility(KeyRowFactors& f, cons
 // (col, col + 1), col even: where registers allow, it reads a factor of both columns with one
 // 8-byte load (column_pair).
 struct QueryFactors {
-  float row_factor[kBlockM];         // c * 2^eq_i, the forward's row factor
-  float offset[kBlockM];             // M_i - 8 (softmax_offset of the saved integer M_i)
+  float row_factor[kBlockM];         // c * 2^eq_i, the forward's row factor (kStaticScales: f_i)
+  float offset[kBlockM];             // M_i - 8 (softmax_offset of the saved M_i; static: ev - it)
   float probability_scale[kBlockM];  // 1 / l_i
   float d_o_scale[kBlockM];          // 2^edo_i
   float delta[kBlockM];              // D_i (copied as is by cp.async)
@@ -100,8 +100,8 @@ struct QueryFactors {
 // element is spent on it. Products by powers of two are exact in FP32's normal range, so x is
 // bitwise 2^eq_i times the dS of the contract's operation order.
 struct Fp8QueryFactors {
-  float row_factor[kBlockM];  // kStaticScales: f_i and ev - (M_i - 8) (fold_static_exponents)
-  float offset[kBlockM];
+  float row_factor[kBlockM];  // kStaticScales: f_i (fold_static_exponents)
+  float offset[kBlockM];      // kStaticScales: ev - (M_i - 8)
   float probability_scale[kBlockM];
   float d_o_scale[kBlockM];
   float delta[kBlockM];  // kStaticScales: D_i 2^-ev
