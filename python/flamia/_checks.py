@@ -42,6 +42,14 @@ def _is_int(x) -> bool:
     return isinstance(x, (int, torch.SymInt)) and not isinstance(x, bool)
 
 
+def _check_count(name: str, value, minimum: int) -> int:
+    """An int (not a bool) of at least `minimum` (0 or 1), else ValueError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        kind = "a positive int" if minimum == 1 else "a non-negative int"
+        raise ValueError(f"{name} must be {kind}, got {value!r}")
+    return value
+
+
 def _check_bool(name: str, value) -> bool:
     if not isinstance(value, bool):
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")

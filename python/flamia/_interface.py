@@ -201,8 +201,7 @@ def static_exponents(k: Tensor, v: Tensor, margin: int = 0) -> Tensor:
     earlier step's tensors or amax: exponents that depend on no token of this step keep the
     forward exactly causal (from this step's own K and V they would not: a later token could
     change an earlier one's scale). Runs on the device, no host synchronisation."""
-    if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
-        raise ValueError(f"margin must be a non-negative int, got {margin!r}")
+    _checks._check_count("margin", margin, 0)
     amax = key_value_amax(k, v)
     e = torch.ceil(torch.log2(amax.clamp_min(2.0**-126) / E4M3_MAX)) + margin
     e = torch.where(amax > 0, e, float(STATIC_EXPONENT_RANGE[0]))  # an all-zero head: any e fits

@@ -4,6 +4,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from ._checks import _check_count
 from ._interface import E4M3_MAX, key_value_amax, static_exponents
 
 
@@ -27,11 +28,9 @@ class StaticScaleHistory:
     (and the count) read K and V once more outside flamia's kernels."""
 
     def __init__(self, margin: int = 1, history: int = 16, count_saturated: bool = False):
-        if isinstance(margin, bool) or not isinstance(margin, int) or margin < 0:
-            raise ValueError(f"margin must be a non-negative int, got {margin!r}")
-        if isinstance(history, bool) or not isinstance(history, int) or history < 1:
-            raise ValueError(f"history must be a positive int, got {history!r}")
-        self.margin, self.history, self.count_saturated = margin, history, count_saturated
+        self.margin = _check_count("margin", margin, 0)
+        self.history = _check_count("history", history, 1)
+        self.count_saturated = count_saturated
         self._amax: list[Tensor] = []  # (2, heads_kv) of the recorded calls, oldest first
         self.saturated_heads: Tensor | None = None
         self.saturated: Tensor | None = None  # with count_saturated

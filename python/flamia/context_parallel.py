@@ -31,6 +31,8 @@ from typing import Generator, Optional, Sequence
 import torch
 from torch import Tensor
 
+from ._checks import _check_count
+
 # Chunk boundaries fall on multiples of this many tokens inside each document: block32 scale
 # blocks (docs/numerics.md §2) restart at each document start and must never be cut by a shard.
 SCALE_BLOCK_TOKENS = 32
@@ -87,8 +89,7 @@ class ShardPlan:
               granularity: int = SCALE_BLOCK_TOKENS,
               min_split_tokens: Optional[int] = None) -> "ShardPlan":
         """The load-balanced plan for documents of lengths `seqlens` on `world_size` ranks."""
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise ValueError(f"world_size must be a positive int, got {world_size!r}")
+        _check_count("world_size", world_size, 1)
         if granularity < 1 or granularity % SCALE_BLOCK_TOKENS != 0:
             raise ValueError(f"granularity={granularity} must be a positive multiple of "
                              f"{SCALE_BLOCK_TOKENS} (block32 scale blocks must not be cut)")
