@@ -34,7 +34,8 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     (Q per token as "exact"; K and V one caller-supplied power-of-two scale per KV head, given
     as static_exponents, an int8 (2, heads_kv) tensor on the device: row 0 K's exponents e, K̂ =
     e4m3((k - m) 2^-e), row 1 V's; values beyond 448 * 2^e saturate, so choose e from a bound or
-    an earlier step's amax: static_exponents(k_prev, v_prev, margin)). Exactly causal (no scale
+    an earlier step's amax: StaticScaleHistory per layer, or static_exponents(k_prev, v_prev,
+    margin)). Exactly causal (no scale
     depends on the data) and the fastest forward: its softmax reads no per-key factors).
     precision: backward precision, "fp8" (all products in FP8) or
     "fp8-bf16grad" (dP, dQ, dK in BF16: the precision that trained within 1% of BF16 attention
