@@ -15,7 +15,8 @@ constexpr int kNumScaleModes = 3;
 constexpr int kNumCausal = 3;  // non-causal, causal, causal with a sliding window
 constexpr int kNumSmoothings = 3;
 constexpr int kNumQuantizePaths = 3;
-constexpr size_t kDescriptionCapacity = 192;
+constexpr int kNumOverlaps = 2;  // the quantize pass before the attention, or overlapped with it
+constexpr size_t kDescriptionCapacity = 256;
 
 const char* const kScaleNames[kNumScaleModes] = {"exact scales", "block32 scales",
                                                  "static key and value scales"};
@@ -27,21 +28,26 @@ const char* const kSmoothingNames[kNumSmoothings] = {"no key smoothing", "first-
 const char* const kQuantizeNames[kNumQuantizePaths] = {
     "separate quantize pass", "quantization fused into the kernel",
     "separate quantize pass keeping the backward's operands"};
+const char* const kOverlapNames[kNumOverlaps] = {
+    "", ", overlapped with the attention per chunk of heads (FLAMIA_FORWARD_OVERLAP)"};
 
 // Every description, built once (thread-safe static initialization) and never freed, so the
 // returned pointers stay valid for the life of the process.
 struct Descriptions {
   char text[kNumHeadDims][kNumScaleModes][kNumCausal][kNumSmoothings][kNumQuantizePaths]
-           [kDescriptionCapacity];
+           [kNumOverlaps][kDescriptionCapacity];
   Descriptions() {
     for (int d = 0; d < kNumHeadDims; ++d) {
       for (int s = 0; s < kNumScaleModes; ++s) {
         for (int c = 0; c < kNumCausal; ++c) {
           for (int m = 0; m < kNumSmoothings; ++m) {
             for (int f = 0; f < kNumQuantizePaths; ++f) {
-              std::snprintf(text[d][s][c][m][f], kDescriptionCapacity,
-                            "sm90a fp8 forward, hdim %d, %s, %s, %s, %s", kHeadDims[d],
-                            kScaleNames[s], kCausalNames[c], kSmoothingNames[m], kQuantizeNames[f]);
+              for (int o = 0; o < kNumOverlaps; ++o) {
+                std::snprintf(text[d][s][c][m][f][o], kDescriptionCapacity,
+                              "sm90a fp8 forward, hdim %d, %s, %s, %s, %s%s", kHeadDims[d],
+                              kScaleNames[s], kCausalNames[c], kSmoothingNames[m],
+                              kQuantizeNames[f], kOverlapNames[o]);
+              }
             }
           }
         }
@@ -80,5 +86,7 @@ extern "C" const char* flamia_describe_forward(const flamia_forward_args* args) 
   // A window is causal (validated); one at least as long as every document runs as none
   // (packed_shape).
   const int causal = flamia::api::packed_shape(p).sliding_window > 0 ? 2 : p.causal;
-  return descriptions.text[d][p.scale_mode][causal][p.key_smoothing][quantize_path(*args)];
+  const int overlapped = flamia::api::forward_overlap_plan(*args).overlapped() ? 1 : 0;
+  return descriptions
+      .text[d][p.scale_mode][causal][p.key_smoothing][quantize_path(*args)][overlapped];
 }

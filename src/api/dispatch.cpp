@@ -9,10 +9,12 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <limits>
 
 #include "api/device_checks.h"
 #include "api/errors.h"
+#include "api/overlap.h"
 #include "api/saved_operands.h"
 #include "kernels/backward/backward.h"
 #include "kernels/forward/forward.h"
@@ -20,8 +22,6 @@
 
 namespace flamia::api {
 namespace {
-
-constexpr int kSoftmaxStatsPerRow = 2;  // {M, l}
 
 ScaleMode to_scale_mode(flamia_scale_mode mode) {
   return mode == FLAMIA_SCALE_BLOCK32  ? ScaleMode::kBlock32
@@ -159,29 +159,68 @@ bool forward_fuses_quantize(const flamia_forward_args& a) {
   return a.quantize == FLAMIA_QUANTIZE_FUSED;
 }
 
+OverlapPlan forward_overlap_plan(const flamia_forward_args& a) {
+  if (forward_fuses_quantize(a)) return OverlapPlan{};
+  return plan_forward_overlap(packed_shape(a.problem), current_multiprocessors(),
+                              std::getenv(kOverlapEnvironment));
+}
+
 namespace {
 
-// The forward with keys and queries: quantize, then the attention kernel; or the attention
-// kernel alone, quantizing as it goes (forward_fuses_quantize).
+// The quantize pass of the forward (with saved operands: every copy the backward reads too),
+// for the heads of `heads`.
+flamia_status quantize_forward_inputs(const flamia_forward_args& a, const WorkspaceLayout& ws,
+                                      const HeadRange& heads, cudaStream_t stream,
+                                      const char* where) {
+  if (a.saved_operands != nullptr) {
+    QuantizeBackwardArgs args = quantize_saved_operands_args(a, ws);
+    args.heads = heads;
+    const cudaError_t error = launch_quantize_backward(args, stream);
+    return error == cudaSuccess ? FLAMIA_OK
+                                : fail_cuda(where, "launch_quantize_backward (saved)", error);
+  }
+  QuantizeForwardArgs args = quantize_forward_args(a, ws);
+  args.heads = heads;
+  const cudaError_t error = launch_quantize_forward(args, stream);
+  return error == cudaSuccess ? FLAMIA_OK : fail_cuda(where, "launch_quantize_forward", error);
+}
+
+// The quantize pass and the attention per chunk of KV heads, overlapped (overlap.h): chunk c's
+// quantization on the quantize stream, its attention on an attention stream once that is done,
+// capped to plan.attention_ctas CTAs while later chunks are still to be quantized.
+flamia_status run_overlapped_forward(const flamia_forward_args& a, const WorkspaceLayout& ws,
+                                     ForwardKernelArgs kernel, const OverlapPlan& plan,
+                                     cudaStream_t stream, const char* where) {
+  const int chunk_heads = kernel.shape.heads_kv / plan.chunks;
+  kernel.heads = HeadRange{0, chunk_heads};
+  cudaError_t error = launch_forward_plan(kernel, stream);  // every chunk's plan (same heads)
+  if (error != cudaSuccess) return fail_cuda(where, "launch_forward_plan", error);
+  kernel.plan_ready = true;
+  ForkedStreams streams;
+  error = streams.fork(stream, plan.attention_streams);
+  if (error != cudaSuccess) return fail_cuda(where, "forking the overlap streams", error);
+  for (int c = 0; c < plan.chunks; ++c) {
+    kernel.heads.kv_begin = c * chunk_heads;
+    const flamia_status status =
+        quantize_forward_inputs(a, ws, kernel.heads, streams.quantize(), where);
+    if (status != FLAMIA_OK) return status;
+    error = streams.hand_over(c);
+    if (error != cudaSuccess) return fail_cuda(where, "handing a chunk to attention", error);
+    kernel.max_ctas = c + 1 < plan.chunks ? plan.attention_ctas : 0;
+    error = launch_forward(kernel, streams.attention(c));
+    if (error != cudaSuccess) return fail_cuda(where, "launch_forward (chunk)", error);
+  }
+  error = streams.join(stream);
+  return error == cudaSuccess ? FLAMIA_OK : fail_cuda(where, "joining the overlap streams", error);
+}
+
+// The forward with keys and queries: quantize, then the attention kernel (overlapped per chunk
+// of heads where the plan says so); or the attention kernel alone, quantizing as it goes
+// (forward_fuses_quantize).
 flamia_status run_forward_kernels(const flamia_forward_args& a, const WorkspaceLayout& ws,
                                   cudaStream_t stream, const char* where) {
   const flamia_problem& p = a.problem;
   ForwardKernelArgs kernel;
-  cudaError_t error = cudaSuccess;
-  if (forward_fuses_quantize(a)) {
-    kernel.fused.enabled = true;
-    kernel.fused.q = input_view(a.q);
-    kernel.fused.k = input_view(a.k);
-    kernel.fused.v = input_view(a.v);
-    kernel.fused.scale_mode = to_scale_mode(p.scale_mode);
-  } else if (a.saved_operands != nullptr) {
-    error = launch_quantize_backward(quantize_saved_operands_args(a, ws), stream);
-    if (error != cudaSuccess) return fail_cuda(where, "launch_quantize_backward (saved)", error);
-  } else {
-    error = launch_quantize_forward(quantize_forward_args(a, ws), stream);
-    if (error != cudaSuccess) return fail_cuda(where, "launch_quantize_forward", error);
-  }
-
   kernel.shape = packed_shape(p);
   kernel.softmax_scale = p.softmax_scale;
   kernel.static_exponents = static_exponents(p);  // null unless FLAMIA_SCALE_STATIC
@@ -191,7 +230,19 @@ flamia_status run_forward_kernels(const flamia_forward_args& a, const WorkspaceL
   kernel.softmax_stats = a.softmax_stats;
   kernel.device_status = &ws.status->code;
   kernel.scheduler_workspace = ws.scheduler;
-  error = launch_forward(kernel, stream);
+  if (forward_fuses_quantize(a)) {
+    kernel.fused.enabled = true;
+    kernel.fused.q = input_view(a.q);
+    kernel.fused.k = input_view(a.k);
+    kernel.fused.v = input_view(a.v);
+    kernel.fused.scale_mode = to_scale_mode(p.scale_mode);
+  } else {
+    const OverlapPlan plan = forward_overlap_plan(a);
+    if (plan.overlapped()) return run_overlapped_forward(a, ws, kernel, plan, stream, where);
+    const flamia_status status = quantize_forward_inputs(a, ws, HeadRange{}, stream, where);
+    if (status != FLAMIA_OK) return status;
+  }
+  const cudaError_t error = launch_forward(kernel, stream);
   if (error != cudaSuccess) return fail_cuda(where, "launch_forward", error);
   return FLAMIA_OK;
 }

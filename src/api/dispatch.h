@@ -2,6 +2,7 @@
 // sequences of the two passes. Called only with validated arguments on an sm_90 device.
 #pragma once
 
+#include "api/overlap.h"
 #include "api/seqlens_rules.h"
 #include "api/workspace.h"
 #include "common/layout.h"
@@ -18,7 +19,13 @@ WorkspaceRequest backward_workspace_request(const flamia_backward_args& args);
 // first.
 bool forward_fuses_quantize(const flamia_forward_args& args);
 
-// Forward: seqlens check -> quantize -> forward kernel -> poison (on args.stream, no host sync).
+// How the forward overlaps its quantize pass with its attention (overlap.h; none when fused,
+// or on a device whose SMs cannot be read), from FLAMIA_FORWARD_OVERLAP or the default plan.
+OverlapPlan forward_overlap_plan(const flamia_forward_args& args);
+
+// Forward: seqlens check -> quantize -> forward kernel -> poison (on args.stream, no host sync;
+// the quantize pass and the attention per chunk of heads on internal streams where
+// forward_overlap_plan says so).
 flamia_status dispatch_forward(const flamia_forward_args& args, const char* where);
 // Backward: seqlens check -> one quantize pass (forward and backward operands) -> backward
 // kernels -> poison.

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "api/dispatch.h"
 #include "api/errors.h"
 #include "api/memory_checks.h"
+#include "api/overlap.h"
 #include "api/saved_operands.h"
 #include "api/seqlens_report.h"
 #include "api/workspace.h"
@@ -26,7 +28,6 @@ constexpr size_t kSeqlensAlignment = alignof(int32_t);
 // Head dims the API can describe; each is offered only when the kernels report support.
 constexpr int kCandidateHeadDims[] = {64, 128, 256};
 constexpr int kHeadDimNotYetImplemented = 256;
-constexpr int kSoftmaxStatsPerRow = 2;  // {M, l}
 // Documents per call: the backward's packed runs index documents times 128 below its 2^30
 // sentinels (packed_runs.h), and the schedules' loops step over batch in 32-bit counters.
 constexpr int32_t kMaxBatch = 1 << 23;
@@ -382,6 +383,19 @@ flamia_status validate_backward_problem(const flamia_backward_args& a, const cha
   return status;
 }
 
+// FLAMIA_FORWARD_OVERLAP, read by every forward call (overlap.h): a bad value is an error, not a
+// silent default.
+flamia_status check_overlap_environment(const char* where) {
+  const char* spec = std::getenv(kOverlapEnvironment);
+  int chunks = 0, sms = 0;
+  bool off = false;
+  if (parse_overlap_override(spec, &chunks, &sms, &off)) return FLAMIA_OK;
+  return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+              "%s: %s=\"%s\" is not off, auto or CHUNKS:SMS[:STREAMS] (CHUNKS 1..%d, SMS >= 1, "
+              "STREAMS 1..%d)",
+              where, kOverlapEnvironment, spec, kMaxOverlapChunks, kAttentionStreams);
+}
+
 flamia_status validate_forward_args(const flamia_forward_args* args, const char* where) {
   if (args == nullptr) return fail(FLAMIA_ERROR_INVALID_ARGUMENT, "%s: args is NULL", where);
   const flamia_forward_args& a = *args;
@@ -411,6 +425,7 @@ flamia_status validate_forward_args(const flamia_forward_args* args, const char*
                              "flamia_forward_workspace_size", where);
   }
   if (status == FLAMIA_OK) status = check_host_seqlens(p, where);
+  if (status == FLAMIA_OK) status = check_overlap_environment(where);
   return status;
 }
 

@@ -9,6 +9,9 @@
 
 namespace flamia {
 
+// The forward's softmax statistics per (query head, token): {M, l}.
+constexpr int kSoftmaxStatsPerRow = 2;
+
 // Sizes of a packed variable-length problem, as the kernels see them.
 struct PackedShape {
   const int32_t* cu_seqlens_q = nullptr;  // device
@@ -24,6 +27,18 @@ struct PackedShape {
   bool causal = false;
   int sliding_window = 0;  // 0: none; W: causal rows see their last W keys (flamia.h)
   int group_size() const { return heads_q / heads_kv; }  // query heads per KV head
+};
+
+// The KV heads [kv_begin, kv_begin + kv_count) and their query heads, for a launch that works
+// on part of a problem's heads (the tensors keep the whole problem's layout and strides).
+// kv_count 0: every head.
+struct HeadRange {
+  int kv_begin = 0;
+  int kv_count = 0;
+  bool whole() const { return kv_count == 0; }
+  int kv_heads(const PackedShape& s) const { return whole() ? s.heads_kv : kv_count; }
+  int q_begin(const PackedShape& s) const { return kv_begin * s.group_size(); }
+  int q_heads(const PackedShape& s) const { return kv_heads(s) * s.group_size(); }
 };
 
 // One FP8 copy of a (tokens, heads, D) tensor with its per-(head, token) int8 exponents.

@@ -4,6 +4,7 @@
 // (the workspace) to show that validation let the first one through.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <functional>
 #include <ostream>
 #include <limits>
@@ -641,6 +642,33 @@ TEST_P(BackwardValidation, ReturnsStatusNamingTheArgument) {
 
 INSTANTIATE_TEST_SUITE_P(Api, BackwardValidation, ::testing::ValuesIn(backward_cases()),
                          case_name<BackwardSetup>);
+
+// ---- FLAMIA_FORWARD_OVERLAP
+// ----------------------------------------------------------------------
+
+// A bad value is an argument error of every forward call, before the device is touched; a good
+// one passes validation (the device check stops it without a GPU).
+TEST(ApiValidation, ForwardOverlapSettingIsValidated) {
+  for (const char* bad :
+       {"on", "0:4", "9:4", "2:0", "2:4x", "2", ":4", "-1:3", "2:4:0", "2:4:3", "2:4:", "2:4:1x"}) {
+    setenv("FLAMIA_FORWARD_OVERLAP", bad, 1);
+    ForwardSetup setup;
+    reset_message();
+    EXPECT_EQ(flamia_forward(&setup.args), FLAMIA_ERROR_INVALID_ARGUMENT) << bad;
+    EXPECT_TRUE(contains(flamia_last_error_message(), "flamia_forward: FLAMIA_FORWARD_OVERLAP"))
+        << flamia_last_error_message();
+    EXPECT_TRUE(contains(flamia_last_error_message(), bad)) << flamia_last_error_message();
+  }
+  if (!sm90_device_present()) {
+    for (const char* good : {"off", "auto", "", "1:1", "8:132", "4:16", "4:16:1", "2:8:2"}) {
+      setenv("FLAMIA_FORWARD_OVERLAP", good, 1);
+      ForwardSetup setup;
+      EXPECT_EQ(flamia_forward(&setup.args), FLAMIA_ERROR_NO_DEVICE)
+          << good << ": " << flamia_last_error_message();
+    }
+  }
+  unsetenv("FLAMIA_FORWARD_OVERLAP");
+}
 
 // ---- null arguments, empty problems, the device requirement -----------------------------------
 

@@ -590,7 +590,11 @@ def test_torch_compile_fullgraph_matches_eager():
         assert torch.equal(a, b)
 
 
-def test_cuda_graph_capture_and_replay():
+# "2:8": the forward overlapped in two chunks of heads on flamia's internal streams, which the
+# capture must take in (and join back) through its events.
+@pytest.mark.parametrize("overlap", ["off", "2:8", "3:8:1"])
+def test_cuda_graph_capture_and_replay(overlap, monkeypatch):
+    monkeypatch.setenv("FLAMIA_FORWARD_OVERLAP", overlap)
     p = make(AWKWARD, heads_q=8, heads_kv=2, head_dim=128)
     static = {n: p[n].detach().clone().requires_grad_() for n in ("q", "k", "v")}
     cu, max_seqlen = p["cu_seqlens_q"], p["max_seqlen_q"]

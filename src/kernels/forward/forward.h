@@ -33,6 +33,11 @@ struct ForwardKernelArgs {
   // Scale mode kStatic: K̂'s and V̂'s exponent per KV head (the quantize pass's). Enabled: the
   // kernel without per-key factors in its softmax (forward_kernel's kStaticScales).
   StaticExponents static_exponents;
+  // Part of the heads only (every tensor above keeps the whole problem's layout); not with
+  // `fused` or `debug_p_hat`. The plan covers the range's heads (launch_forward_plan).
+  HeadRange heads;
+  int max_ctas = 0;         // persistent CTAs at most (0: one per SM)
+  bool plan_ready = false;  // launch_forward_plan already ran for this range's head count
 };
 
 // Head dims with a fused-quantization kernel (128).
@@ -41,5 +46,7 @@ bool forward_supports_fused_quantize(int head_dim);
 size_t forward_scheduler_workspace_bytes(const PackedShape& shape);
 bool forward_supports_head_dim(int head_dim);
 cudaError_t launch_forward(const ForwardKernelArgs& args, cudaStream_t stream);
+// The plan alone (the work items of args.heads' head count), for launches with plan_ready.
+cudaError_t launch_forward_plan(const ForwardKernelArgs& args, cudaStream_t stream);
 
 }  // namespace flamia

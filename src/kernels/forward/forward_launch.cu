@@ -1,4 +1,6 @@
 // Host side of the forward: tensor maps, the plan, and the launch for each head dim.
+#include <algorithm>
+
 #include "kernels/forward/forward.h"
 #include "kernels/forward/forward_kernel.cuh"
 #include "kernels/common/timeline.cuh"
@@ -10,16 +12,27 @@ namespace {
 using forward::ForwardParams;
 using forward::ForwardTile;
 
+// The problem as the kernel sees it for args.heads: the range's head counts (its plan's items,
+// its grid). The tensors' layouts stay those of args.shape.
+PackedShape range_shape(const ForwardKernelArgs& args) {
+  PackedShape s = args.shape;
+  s.heads_q = args.heads.q_heads(args.shape);
+  s.heads_kv = args.heads.kv_heads(args.shape);
+  return s;
+}
+
+// The tensor maps of Q̂, K̂ and V̂ᵀ over the heads of args.heads (their strides: every head's).
 template <int kHeadDim, bool kStaticScales>
 cudaError_t make_maps(const ForwardKernelArgs& args, ForwardParams* params) {
   using Tile = ForwardTile<kHeadDim, kStaticScales>;  // Q's box is the tile's query rows
   const PackedShape& s = args.shape;
+  const int q_begin = args.heads.q_begin(s), kv_begin = args.heads.kv_begin;
   const char* what = nullptr;
   hopper::TensorMapSpec q;
-  q.base = args.in.q.values;
+  q.base = args.in.q.values + size_t(q_begin) * kHeadDim;
   q.rank = 3;
   q.dims[0] = kHeadDim;
-  q.dims[1] = s.heads_q;
+  q.dims[1] = args.heads.q_heads(s);
   q.dims[2] = s.total_q;
   q.strides_bytes[0] = kHeadDim;
   q.strides_bytes[1] = uint64_t(s.heads_q) * kHeadDim;
@@ -31,8 +44,8 @@ cudaError_t make_maps(const ForwardKernelArgs& args, ForwardParams* params) {
   if (err != cudaSuccess || s.total_k == 0) return err;  // no keys: K/V maps never used
 
   hopper::TensorMapSpec k = q;
-  k.base = args.in.k.values;
-  k.dims[1] = s.heads_kv;
+  k.base = args.in.k.values + size_t(kv_begin) * kHeadDim;
+  k.dims[1] = args.heads.kv_heads(s);
   k.dims[2] = s.total_k;
   k.strides_bytes[1] = uint64_t(s.heads_kv) * kHeadDim;
   k.box[2] = Tile::kBlockN;
@@ -40,10 +53,10 @@ cudaError_t make_maps(const ForwardKernelArgs& args, ForwardParams* params) {
   if (err != cudaSuccess) return err;
 
   hopper::TensorMapSpec vt;
-  vt.base = args.in.v_t.values;
+  vt.base = args.in.v_t.values + size_t(kv_begin) * kHeadDim * padded_tokens(s.total_k);
   vt.rank = 2;
   vt.dims[0] = uint64_t(padded_tokens(s.total_k));
-  vt.dims[1] = uint64_t(s.heads_kv) * kHeadDim;
+  vt.dims[1] = uint64_t(args.heads.kv_heads(s)) * kHeadDim;
   vt.strides_bytes[0] = uint64_t(padded_tokens(s.total_k));
   vt.box[0] = Tile::kVtSubtileKeys;
   vt.box[1] = kHeadDim;
@@ -76,15 +89,23 @@ auto kernel_for(bool debug_p_hat, bool windowed) {
 // The kernel of the tile configuration (scale mode kStatic's or the others'): its tensor maps,
 // the plan of its query tiles, and the launch. `params` holds everything else.
 template <int kHeadDim, bool kStaticScales>
+cudaError_t launch_plan(const ForwardKernelArgs& args, cudaStream_t stream) {
+  using Tile = ForwardTile<kHeadDim, kStaticScales>;
+  return forward::launch_schedule_plan(range_shape(args), Tile::kBlockM, Tile::kBlockN,
+                                       args.device_status, args.scheduler_workspace, stream);
+}
+
+template <int kHeadDim, bool kStaticScales>
 cudaError_t launch_tile(const ForwardKernelArgs& args, ForwardParams params, cudaStream_t stream) {
   using Tile = ForwardTile<kHeadDim, kStaticScales>;
-  const PackedShape& s = args.shape;
+  const PackedShape s = range_shape(args);
   const bool fused = args.fused.enabled;
   cudaError_t err = fused ? cudaSuccess : make_maps<kHeadDim, kStaticScales>(args, &params);
   if (err != cudaSuccess) return err;
-  err = forward::launch_schedule_plan(s, Tile::kBlockM, Tile::kBlockN, args.device_status,
-                                      args.scheduler_workspace, stream);
-  if (err != cudaSuccess) return err;
+  if (!args.plan_ready) {
+    err = launch_plan<kHeadDim, kStaticScales>(args, stream);
+    if (err != cudaSuccess) return err;
+  }
   constexpr size_t kShared = forward::forward_shared_bytes<kHeadDim, kStaticScales>();
   const bool windowed = params.sliding_window > 0;  // (the fused path has no window: validated)
   auto kernel = kernel_for<kHeadDim, kStaticScales>(args.debug_p_hat != nullptr, windowed);
@@ -94,9 +115,23 @@ cudaError_t launch_tile(const ForwardKernelArgs& args, ForwardParams params, cud
   err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kShared));
   if (err != cudaSuccess) return err;
   const int64_t max_items = forward::max_work_items(s, Tile::kBlockM);
-  const int grid = int(max_items < multiprocessor_count() ? max_items : multiprocessor_count());
+  const int ctas =
+      args.max_ctas > 0 ? std::min(args.max_ctas, multiprocessor_count()) : multiprocessor_count();
+  const int grid = int(std::min<int64_t>(max_items, ctas));
   kernel<<<grid, Tile::kThreads, kShared, stream>>>(params);
   return cudaGetLastError();
+}
+
+bool range_valid(const ForwardKernelArgs& args) {
+  const HeadRange& r = args.heads;
+  if (r.whole()) return true;
+  return !args.fused.enabled && args.debug_p_hat == nullptr && r.kv_begin >= 0 && r.kv_count > 0 &&
+         r.kv_begin + r.kv_count <= args.shape.heads_kv;
+}
+
+template <typename T>
+T* advance(T* p, size_t elements) {
+  return p == nullptr ? p : p + elements;
 }
 
 template <int kHeadDim>
@@ -106,6 +141,10 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   const bool fused = args.fused.enabled;
   if (fused && (args.debug_p_hat || !forward_supports_fused_quantize(kHeadDim)))
     return cudaErrorInvalidValue;  // no such instantiation
+  if (!range_valid(args)) return cudaErrorInvalidValue;
+  // Per-head arrays start at the range's first head; [heads][total] arrays keep their strides.
+  const size_t q_rows = size_t(args.heads.q_begin(s)) * s.total_q;
+  const size_t kv_rows = size_t(args.heads.kv_begin) * s.total_k;
   const bool static_scales = args.static_exponents.enabled();
   if (static_scales && (fused || args.static_exponents.value == nullptr))
     return cudaErrorInvalidValue;  // no such instantiation (validated: static is not fused)
@@ -113,26 +152,27 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   params.fused_k = args.fused.k;
   params.fused_v = args.fused.v;
   params.fused_block32 = args.fused.scale_mode == ScaleMode::kBlock32 ? 1 : 0;
-  params.q_exp = args.in.q.exponents;
-  params.k_exp = args.in.k.exponents;
-  params.v_exp = args.in.v_t.exponents;
-  params.lse_shift = args.in.lse_shift;
-  params.static_key_exp = args.static_exponents.key;
-  params.static_value_exp = args.static_exponents.value;
+  params.q_exp = advance(args.in.q.exponents, q_rows);
+  params.k_exp = advance(args.in.k.exponents, kv_rows);
+  params.v_exp = advance(args.in.v_t.exponents, kv_rows);
+  params.lse_shift = advance(args.in.lse_shift, q_rows);
+  params.static_key_exp = advance(args.static_exponents.key, size_t(args.heads.kv_begin));
+  params.static_value_exp = advance(args.static_exponents.value, size_t(args.heads.kv_begin));
   params.cu_seqlens_q = s.cu_seqlens_q;
   params.cu_seqlens_k = s.cu_seqlens_k;
   params.total_q = s.total_q;
   params.total_k = s.total_k;
-  params.heads_q = s.heads_q;
+  params.heads_q = args.heads.q_heads(s);
   params.group_size = s.group_size();
   params.scale_log2 = args.softmax_scale * kLog2e;
   params.causal = s.causal ? 1 : 0;
   params.sliding_window = s.causal ? s.sliding_window : 0;
-  params.o = static_cast<__nv_bfloat16*>(args.o.data);
+  params.o = advance(static_cast<__nv_bfloat16*>(args.o.data),
+                     size_t(args.heads.q_begin(s)) * args.o.head_stride);
   params.o_token_stride = args.o.token_stride;
   params.o_head_stride = args.o.head_stride;
-  params.lse = args.lse;
-  params.softmax_stats = args.softmax_stats;
+  params.lse = advance(args.lse, q_rows);
+  params.softmax_stats = advance(args.softmax_stats, q_rows * kSoftmaxStatsPerRow);
   params.device_status = args.device_status;
   params.schedule = forward::schedule_view(args.scheduler_workspace);
   params.debug_p_hat = args.debug_p_hat;
@@ -158,6 +198,21 @@ bool forward_supports_fused_quantize(int head_dim) {
 
 bool forward_supports_head_dim(int head_dim) {
   return head_dim == 64 || head_dim == 128;
+}
+
+cudaError_t launch_forward_plan(const ForwardKernelArgs& args, cudaStream_t stream) {
+  if (args.shape.total_q == 0 || args.shape.batch == 0) return cudaSuccess;
+  const bool static_scales = args.static_exponents.enabled();
+  switch (args.shape.head_dim) {
+    case 64:
+      return static_scales ? launch_plan<64, true>(args, stream)
+                           : launch_plan<64, false>(args, stream);
+    case 128:
+      return static_scales ? launch_plan<128, true>(args, stream)
+                           : launch_plan<128, false>(args, stream);
+    default:
+      return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t launch_forward(const ForwardKernelArgs& args, cudaStream_t stream) {

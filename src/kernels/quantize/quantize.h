@@ -23,6 +23,7 @@ struct QuantizeForwardArgs {
   Bf16View q, k, v;
   ForwardOperands out;  // q, k, v_t (+ lse_shift when smoothing; zeros when kNone)
   const int32_t* device_status = nullptr;  // skip all work when non-zero
+  HeadRange heads;  // quantize only these heads (of every tensor and output above)
 };
 
 struct QuantizeBackwardArgs {
@@ -46,6 +47,7 @@ struct QuantizeBackwardArgs {
   const float* key_smoothing_vector = nullptr;  // [heads_kv][head_dim] for kVector
   float softmax_scale = 1.0f;                   // only for fwd_out.lse_shift
   StaticExponents static_exponents;             // scale mode kStatic: K̂'s and V̂'s (and V̂)
+  HeadRange heads;  // quantize only these heads (of every tensor and output above)
 };
 
 // Head dims the quantize pass is compiled for (64, 128, 256).

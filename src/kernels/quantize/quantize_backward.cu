@@ -22,7 +22,7 @@ int8_t* other_exponents(int8_t* first, int8_t* second) {
 cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStream_t stream) {
   using namespace quantize;
   const PackedShape& shape = args.shape;
-  if (!shape_valid(shape)) return cudaErrorInvalidValue;
+  if (!shape_valid(shape) || !range_valid(args.heads, shape)) return cudaErrorInvalidValue;
   const BlockKind blocks = blocks_of(args.scale_mode);
   const BackwardOperands& out = args.out;
   const ForwardOperands& fwd = args.fwd_out;
@@ -97,6 +97,10 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
   d_o.delta.from_input = args.delta_from_bf16_d_o;
   d_o.zero_rows = {args.dq_buffer, args.dq_row_floats};
 
+  restrict_to_range(q, args.heads, shape, /*query_side=*/true);
+  restrict_to_range(k, args.heads, shape, /*query_side=*/false);
+  restrict_to_range(v, args.heads, shape, /*query_side=*/false);
+  restrict_to_range(d_o, args.heads, shape, /*query_side=*/true);
   TensorJob jobs[] = {q, k, v, d_o};
   return launch_tensor_jobs(jobs, sizeof(jobs) / sizeof(jobs[0]), shape.head_dim, stream);
 }

@@ -11,7 +11,7 @@ namespace flamia {
 cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_t stream) {
   using namespace quantize;
   const PackedShape& shape = args.shape;
-  if (!shape_valid(shape)) return cudaErrorInvalidValue;
+  if (!shape_valid(shape) || !range_valid(args.heads, shape)) return cudaErrorInvalidValue;
   const BlockKind blocks = blocks_of(args.scale_mode);
 
   TensorJob q = query_job(shape, to_source(args.q), args.device_status);
@@ -42,6 +42,9 @@ cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_
   v_hat_t.static_exponents = args.static_exponents.value;
   add_copy(v, v_hat_t);
 
+  restrict_to_range(q, args.heads, shape, /*query_side=*/true);
+  restrict_to_range(k, args.heads, shape, /*query_side=*/false);
+  restrict_to_range(v, args.heads, shape, /*query_side=*/false);
   TensorJob jobs[] = {q, k, v};
   return launch_tensor_jobs(jobs, sizeof(jobs) / sizeof(jobs[0]), shape.head_dim, stream);
 }

@@ -92,7 +92,8 @@ struct TensorJob {
   const int32_t* cu_seqlens = nullptr;  // device, batch + 1 entries
   int batch = 0;
   int tokens = 0;
-  int heads = 0;
+  int heads = 0;         // heads this job quantizes (CTAs: tiles x heads)
+  int layout_heads = 0;  // heads of the row-major copies' layout (>= heads: a head range)
   int num_copies = 0;
   CopySpec copy[kMaxCopies];
   const float* shift_vector = nullptr;   // kSubtractVector: [heads][D]

@@ -414,8 +414,8 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
 #pragma unroll
               for (int w = 0; w < kCodeWords; ++w) codes[j][w] = 0u;
             } else if (copy.row_major != nullptr) {
-              store_row_major(copy.row_major, vset.token(j), job.heads, head, kHeadDim, chunk,
-                              codes[j]);
+              store_row_major(copy.row_major, vset.token(j), job.layout_heads, head, kHeadDim,
+                              chunk, codes[j]);
             }
             if constexpr (kGradient) {
               if (k == 0 && job.delta.out != nullptr) {

@@ -22,6 +22,7 @@ inline TensorJob query_job(const PackedShape& shape, const TensorSource& x,
   job.batch = shape.batch;
   job.tokens = shape.total_q;
   job.heads = shape.heads_q;
+  job.layout_heads = shape.heads_q;
   job.device_status = device_status;
   return job;
 }
@@ -34,6 +35,7 @@ inline TensorJob key_job(const PackedShape& shape, const TensorSource& x,
   job.batch = shape.batch;
   job.tokens = shape.total_k;
   job.heads = shape.heads_kv;
+  job.layout_heads = shape.heads_kv;
   job.device_status = device_status;
   return job;
 }
@@ -50,6 +52,54 @@ inline LseShiftSpec lse_shift_spec(const PackedShape& shape, float* out, KeySmoo
   spec.kv_group = shape.group_size();
   spec.softmax_scale = softmax_scale;
   return spec;
+}
+
+// `p` moved by `elements`, unless it is null (an output not asked for).
+template <typename T>
+T* advance(T* p, int64_t elements) {
+  return p == nullptr ? p : p + elements;
+}
+
+// The job restricted to its heads [first, first + count): every per-head pointer moves to head
+// `first`; the row-major copies keep the whole tensor's layout (layout_heads). `first` is a
+// multiple of the LSE shift's KV group (a query job's range covers whole groups).
+inline void restrict_to_heads(TensorJob& job, int first, int count, int head_dim) {
+  const int64_t tokens = job.tokens;
+  const int64_t head_values = int64_t(first) * head_dim;
+  job.x.data = advance(job.x.data, first * job.x.head_stride);
+  for (int n = 0; n < job.num_copies; ++n) {
+    CopySpec& copy = job.copy[n];
+    copy.row_major = advance(copy.row_major, head_values);
+    copy.token_major = advance(copy.token_major, head_values * padded_tokens(job.tokens));
+    for (int8_t*& exponents : copy.exponents) exponents = advance(exponents, first * tokens);
+    copy.static_exponents = advance(copy.static_exponents, first);
+  }
+  job.shift_vector = advance(job.shift_vector, head_values);
+  job.softmax_stats = advance(job.softmax_stats, first * tokens * kSoftmaxStatsPerRow);
+  LseShiftSpec& lse = job.lse_shift;
+  lse.out = advance(lse.out, first * tokens);
+  const int first_kv = first / lse.kv_group;
+  lse.keys.data = advance(lse.keys.data, first_kv * lse.keys.head_stride);
+  lse.vector = advance(lse.vector, int64_t(first_kv) * head_dim);
+  job.delta.out = advance(job.delta.out, first * tokens);
+  job.delta.o.data = advance(job.delta.o.data, first * job.delta.o.head_stride);
+  job.zero_rows.base = advance(job.zero_rows.base, first * tokens * job.zero_rows.row_floats);
+  job.heads = count;
+}
+
+// The query-side (`query_side`) or key-side job restricted to the heads of `range`.
+inline void restrict_to_range(TensorJob& job, const HeadRange& range, const PackedShape& shape,
+                              bool query_side) {
+  if (range.whole()) return;
+  if (query_side)
+    restrict_to_heads(job, range.q_begin(shape), range.q_heads(shape), shape.head_dim);
+  else
+    restrict_to_heads(job, range.kv_begin, range.kv_heads(shape), shape.head_dim);
+}
+
+inline bool range_valid(const HeadRange& range, const PackedShape& shape) {
+  return range.whole() || (range.kv_begin >= 0 && range.kv_count > 0 &&
+                           range.kv_begin + range.kv_count <= shape.heads_kv);
 }
 
 }  // namespace flamia::quantize

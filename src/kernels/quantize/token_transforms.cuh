@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
+#include "common/layout.h"
 #include "kernels/quantize/element_convert.cuh"
 #include "kernels/quantize/quantize_job.h"
 
@@ -42,8 +43,7 @@ struct HaloToken {
 };
 
 __device__ __forceinline__ float load_l(const TensorJob& job, int head, int token) {
-  constexpr int kStatsPerRow = 2;  // {M, l}
-  return __ldg(job.softmax_stats + (int64_t(head) * job.tokens + token) * kStatsPerRow + 1);
+  return __ldg(job.softmax_stats + (int64_t(head) * job.tokens + token) * kSoftmaxStatsPerRow + 1);
 }
 
 template <Transform kTransform, int kHeadDim, typename Set, typename Source, typename Consume>

@@ -1,0 +1,192 @@
+#include "api/overlap.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+namespace flamia::api {
+namespace {
+
+// The model behind the default plan (docs/architecture.md, "Overlapped quantization"), from
+// session 31's sweeps on the H200 (bench/results/overlap): the attention runs at about
+// kAttentionFlopsPerSecond and the quantize pass at kQuantizeBytesPerSecond on the whole GPU, but
+// at only kQuantizeBytesPerSm on each SM it keeps beside the attention (its CTAs are latency-
+// bound there). Overlap pays when the attention is at least kMinAttentionToQuantize times the
+// pass; chunk c + 1's quantization should fit in chunk c's attention, which sets the SMs.
+constexpr double kAttentionFlopsPerSecond = 800e12;
+constexpr double kQuantizeBytesPerSecond = 3.4e12;
+constexpr double kQuantizeBytesPerSm = 25e9;
+constexpr double kMinAttentionToQuantize = 3.0;
+constexpr int kMinQuantizeSms = 8;
+constexpr int kMaxQuantizeSms = 24;
+constexpr int kMaxQuantizeSmsDivisor = 4;  // default plans leave at least 3/4 to the attention
+constexpr int kDefaultChunks = 4;
+constexpr int kBytesPerQuantizedValue = 3;  // a BF16 read, an E4M3 write
+
+int largest_divisor_at_most(int n, int limit) {
+  for (int c = std::min(n, limit); c > 1; --c)
+    if (n % c == 0) return c;
+  return 1;
+}
+
+// A lower bound of the attention's FLOPs from what the host knows without the documents (the
+// totals, the count and the longest): sum L^2 is at least total^2 / batch, and at least the
+// longest document's square plus the rest spread evenly.
+double estimated_flops(const PackedShape& s) {
+  const double total = s.total_k, longest = s.max_seqlen_k, batch = std::max(s.batch, 1);
+  double squares = total * total / batch;
+  if (s.batch > 1)
+    squares =
+        std::max(squares, longest * longest + (total - longest) * (total - longest) / (batch - 1));
+  const double scores = squares * s.total_q / std::max(total, 1.0) / (s.causal ? 2.0 : 1.0);
+  constexpr double kFlopsPerScore = 4.0;  // Q.Kᵀ and P.V, a multiply-add each
+  return kFlopsPerScore * s.heads_q * s.head_dim * scores;
+}
+
+double quantized_bytes(const PackedShape& s) {
+  const double values =
+      double(s.head_dim) * (double(s.total_q) * s.heads_q + 2.0 * double(s.total_k) * s.heads_kv);
+  return values * kBytesPerQuantizedValue;
+}
+
+struct DeviceStreams {
+  std::mutex mutex;
+  cudaStream_t quantize = nullptr;
+  cudaStream_t attention[kAttentionStreams] = {};
+  cudaEvent_t fork_event = nullptr;
+  cudaEvent_t chunk_events[kMaxOverlapChunks] = {};
+  cudaEvent_t started_events[kMaxOverlapChunks] = {};
+  cudaEvent_t join_events[kAttentionStreams] = {};
+  bool ready = false;
+};
+
+constexpr int kMaxDevices = 64;
+
+cudaError_t create(DeviceStreams& d) {
+  int least = 0, greatest = 0;
+  cudaError_t err = cudaDeviceGetStreamPriorityRange(&least, &greatest);
+  if (err != cudaSuccess) return err;
+  err = cudaStreamCreateWithPriority(&d.quantize, cudaStreamNonBlocking, least);
+  for (cudaStream_t& s : d.attention)
+    if (err == cudaSuccess) err = cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest);
+  const unsigned flags = cudaEventDisableTiming;
+  if (err == cudaSuccess) err = cudaEventCreateWithFlags(&d.fork_event, flags);
+  for (cudaEvent_t& e : d.chunk_events)
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&e, flags);
+  for (cudaEvent_t& e : d.started_events)
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&e, flags);
+  for (cudaEvent_t& e : d.join_events)
+    if (err == cudaSuccess) err = cudaEventCreateWithFlags(&e, flags);
+  d.ready = err == cudaSuccess;
+  return err;  // (a partial creation is retried from scratch: the handles are process-lifetime)
+}
+
+DeviceStreams* streams_of(int device) {
+  static std::mutex table_mutex;
+  static std::unique_ptr<DeviceStreams> table[kMaxDevices];
+  if (device < 0 || device >= kMaxDevices) return nullptr;
+  std::lock_guard<std::mutex> guard(table_mutex);
+  if (!table[device]) table[device] = std::make_unique<DeviceStreams>();
+  return table[device].get();
+}
+
+}  // namespace
+
+int current_multiprocessors() {
+  int device = 0, count = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 0;
+  return count;
+}
+
+bool parse_overlap_override(const char* spec, int* chunks, int* sms, bool* off, int* streams) {
+  *chunks = 0;
+  *sms = 0;
+  *off = false;
+  if (streams != nullptr) *streams = kAttentionStreams;
+  if (spec == nullptr || spec[0] == '\0' || std::strcmp(spec, "auto") == 0) return true;
+  if (std::strcmp(spec, "off") == 0) {
+    *off = true;
+    return true;
+  }
+  int c = 0, x = 0, s = kAttentionStreams, consumed = 0;
+  if (std::sscanf(spec, "%d:%d%n", &c, &x, &consumed) != 2) return false;
+  if (spec[consumed] == ':') {
+    int more = 0;
+    if (std::sscanf(spec + consumed, ":%d%n", &s, &more) != 1) return false;
+    consumed += more;
+  }
+  if (spec[consumed] != '\0') return false;
+  if (c < 1 || c > kMaxOverlapChunks || x < 1 || s < 1 || s > kAttentionStreams) return false;
+  *chunks = c;
+  *sms = x;
+  if (streams != nullptr) *streams = s;
+  return true;
+}
+
+OverlapPlan plan_forward_overlap(const PackedShape& shape, int multiprocessors,
+                                 const char* override_spec) {
+  OverlapPlan plan;
+  int chunks = 0, sms = 0, streams = kAttentionStreams;
+  bool off = false;
+  if (!parse_overlap_override(override_spec, &chunks, &sms, &off, &streams) || off) return plan;
+  plan.attention_streams = streams;
+  if (chunks == 0) {
+    const double attention = estimated_flops(shape) / kAttentionFlopsPerSecond;
+    const double bytes = quantized_bytes(shape);
+    if (attention < kMinAttentionToQuantize * bytes / kQuantizeBytesPerSecond) return plan;
+    chunks = kDefaultChunks;
+    sms = int(std::ceil(bytes / (attention * kQuantizeBytesPerSm)));
+    sms = std::clamp(sms, kMinQuantizeSms, kMaxQuantizeSms);
+    if (sms * kMaxQuantizeSmsDivisor > multiprocessors) return plan;  // a small GPU
+  }
+  plan.chunks = largest_divisor_at_most(shape.heads_kv, chunks);
+  if (sms >= multiprocessors) return OverlapPlan{};
+  plan.attention_ctas = multiprocessors - sms;
+  return plan;
+}
+
+cudaError_t ForkedStreams::fork(cudaStream_t origin, int attention_streams) {
+  streams_ = std::clamp(attention_streams, 1, kAttentionStreams);
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err != cudaSuccess) return err;
+  DeviceStreams* d = streams_of(device);
+  if (d == nullptr) return cudaErrorInvalidDevice;
+  lock_ = std::unique_lock<std::mutex>(d->mutex);
+  if (!d->ready && (err = create(*d)) != cudaSuccess) return err;
+  quantize_ = d->quantize;
+  std::copy(std::begin(d->attention), std::end(d->attention), attention_);
+  fork_event_ = d->fork_event;
+  std::copy(std::begin(d->chunk_events), std::end(d->chunk_events), chunk_events_);
+  std::copy(std::begin(d->started_events), std::end(d->started_events), started_events_);
+  std::copy(std::begin(d->join_events), std::end(d->join_events), join_events_);
+  err = cudaEventRecord(fork_event_, origin);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(quantize_, fork_event_, 0);
+  for (int s = 0; s < streams_ && err == cudaSuccess; ++s)
+    err = cudaStreamWaitEvent(attention_[s], fork_event_, 0);
+  return err;
+}
+
+cudaError_t ForkedStreams::hand_over(int chunk) {
+  cudaEvent_t quantized = chunk_events_[chunk % kMaxOverlapChunks];
+  cudaEvent_t started = started_events_[chunk % kMaxOverlapChunks];
+  cudaError_t err = cudaEventRecord(quantized, quantize_);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(attention(chunk), quantized, 0);
+  if (err == cudaSuccess) err = cudaEventRecord(started, attention(chunk));
+  return err == cudaSuccess ? cudaStreamWaitEvent(quantize_, started, 0) : err;
+}
+
+cudaError_t ForkedStreams::join(cudaStream_t origin) {
+  cudaError_t err = cudaSuccess;
+  for (int s = 0; s < streams_ && err == cudaSuccess; ++s) {
+    err = cudaEventRecord(join_events_[s], attention_[s]);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(origin, join_events_[s], 0);
+  }
+  return err;
+}
+
+}  // namespace flamia::api

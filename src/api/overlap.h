@@ -1,0 +1,72 @@
+// Overlapping the forward's quantize pass (memory-bound) with its attention kernel (tensor-core
+// bound): the KV heads split into equal chunks; chunk c + 1 is quantized on a low-priority
+// stream while chunk c's attention runs on a high-priority one, whose persistent grid leaves a
+// few SMs to the quantization. Every chunk computes exactly what the whole launch would (heads
+// are independent), so the outputs are the same bits (tests/gpu/test_forward_overlap.cpp).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "common/layout.h"
+
+namespace flamia::api {
+
+constexpr const char* kOverlapEnvironment = "FLAMIA_FORWARD_OVERLAP";
+constexpr int kMaxOverlapChunks = 8;
+constexpr int kAttentionStreams = 2;  // at most; chunk c's attention runs on c % streams
+
+struct OverlapPlan {
+  int chunks = 1;          // 1: no overlap (the quantize pass, then one attention launch)
+  int attention_ctas = 0;  // CTAs of every attention launch but the last (0: one per SM)
+  int attention_streams = kAttentionStreams;  // 2: a chunk's attention may start in the tail of
+                                              // the one before; 1: after it
+  bool overlapped() const { return chunks > 1; }
+};
+
+// The SMs of the current device (132 on an H200).
+int current_multiprocessors();
+
+// How to split a forward of `shape` on a GPU of `multiprocessors` SMs; `override_spec` is the
+// FLAMIA_FORWARD_OVERLAP environment variable ("off", "auto" or null, or "CHUNKS:SMS[:STREAMS]"
+// with SMS the SMs left to the quantization and STREAMS the attention streams, 1 or 2),
+// validated by parse_overlap_override.
+OverlapPlan plan_forward_overlap(const PackedShape& shape, int multiprocessors,
+                                 const char* override_spec);
+
+// Whether `spec` is a valid FLAMIA_FORWARD_OVERLAP value; fills `chunks` and `sms` for
+// "CHUNKS:SMS" (0 for "off"/"auto"/null, with `off` telling which).
+bool parse_overlap_override(const char* spec, int* chunks, int* sms, bool* off,
+                            int* streams = nullptr);
+
+// The current device's internal streams, locked for one call's launches: the quantize stream
+// (lowest priority) and the attention streams (highest), each made to wait for the work the
+// caller's stream holds when fork() runs; join() makes the caller's stream wait for theirs.
+// Works under CUDA graph capture (the forked streams join the capture through the events).
+class ForkedStreams {
+ public:
+  // Locks the device's streams (created on first use) until destruction; chunks' attention
+  // alternates between `attention_streams` of them.
+  cudaError_t fork(cudaStream_t origin, int attention_streams);
+  cudaStream_t quantize() const { return quantize_; }
+  cudaStream_t attention(int chunk) const { return attention_[chunk % streams_]; }
+  // Chunk `chunk`'s attention stream waits for the quantize stream's work so far, and the
+  // quantize stream's next work waits until that attention stream has got past the wait: the
+  // next chunk's quantize CTAs are then queued after the attention's (which also have the
+  // higher priority), so they take the SMs the attention leaves, not the attention's.
+  cudaError_t hand_over(int chunk);
+  cudaError_t join(cudaStream_t origin);
+
+ private:
+  std::unique_lock<std::mutex> lock_;
+  int streams_ = kAttentionStreams;
+  cudaStream_t quantize_ = nullptr;
+  cudaStream_t attention_[kAttentionStreams] = {};
+  cudaEvent_t fork_event_ = nullptr;
+  cudaEvent_t chunk_events_[kMaxOverlapChunks] = {};
+  cudaEvent_t started_events_[kMaxOverlapChunks] = {};
+  cudaEvent_t join_events_[kAttentionStreams] = {};
+};
+
+}  // namespace flamia::api
