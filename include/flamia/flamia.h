@@ -109,6 +109,12 @@ typedef struct flamia_forward_args {
    * backward given it reads no q, k, v and skips their quantization. Not with FUSED. */
   void* saved_operands;
   size_t saved_operands_bytes;
+  /* Optional (NULL: not written): device FP32 (2, heads_kv), 16-byte aligned. Row 0: each KV
+   * head's max |k - m| over all tokens (the keys as quantized: m is the key smoothing's vector
+   * or first key, 0 without smoothing), row 1: its max |v|; from the same read as the quantize
+   * pass (amax outputs, e.g. the next step's SCALE_STATIC exponents: flamia's delayed scaling).
+   * 0 without keys; NaNs are ignored, as the scale rule ignores them. Not with FUSED. */
+  float* kv_amax;
 } flamia_forward_args;
 
 typedef struct flamia_backward_args {

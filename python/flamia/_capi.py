@@ -116,6 +116,7 @@ class ForwardArgs(ctypes.Structure):
         ("quantize", _c_enum),
         ("saved_operands", ctypes.c_void_p),
         ("saved_operands_bytes", ctypes.c_size_t),
+        ("kv_amax", _f32p),
     ]
 
 

@@ -208,7 +208,7 @@ def _check_static_exponents(scale_mode: str, static_exponents, k) -> Optional[to
         return None
     if not isinstance(static_exponents, torch.Tensor):
         raise TypeError("scale_mode='static' needs static_exponents, an int8 tensor of shape "
-                        f"(2, heads_kv) (K's and V's exponents), got "
+                        f"(2, heads_kv) (K's and V's exponents) or a StaticScaleHistory, got "
                         f"{type(static_exponents).__name__}")
     heads_kv = k.shape[1]
     if static_exponents.dtype != torch.int8 or tuple(static_exponents.shape) != (2, heads_kv):

@@ -35,7 +35,10 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     as static_exponents, an int8 (2, heads_kv) tensor on the device: row 0 K's exponents e, K̂ =
     e4m3((k - m) 2^-e), row 1 V's; values beyond 448 * 2^e saturate, so choose e from a bound or
     an earlier step's amax: StaticScaleHistory per layer, or static_exponents(k_prev, v_prev,
-    margin)). Exactly causal (no scale
+    margin)). static_exponents may also be the layer's StaticScaleHistory itself: the call
+    takes its exponents from it and records the amax the forward's quantize pass measures
+    (flamia_forward_args.kv_amax, of the keys as quantized), so no extra pass reads K and V
+    after the first call. Exactly causal (no scale
     depends on the data) and the fastest forward: its softmax reads no per-key factors).
     precision: backward precision, "fp8" (all products in FP8) or
     "fp8-bf16grad" (dP, dQ, dK in BF16: the precision that trained within 1% of BF16 attention
@@ -68,6 +71,9 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     (e.g. across context-parallel blocks); against exact softmax attention it carries P̂'s
     rounding: up to ln(1 + 1/8) on rows that see a single key, far less on rows that see many.
     """
+    history = _static_history(static_exponents) if scale_mode == "static" else None
+    if history is not None:
+        static_exponents = history._forward_exponents(k, v)
     causal, sliding_window = _checks.check_flash_attention_neutral(
         dropout_p=dropout_p, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
         return_attn_probs=return_attn_probs, block_table=block_table, causal=causal)
@@ -85,17 +91,27 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     if _ops.forward_keeps_operands(spec.precision, q, k, v):
         # Training: the forward keeps its quantized Q, K, V and the backward reads them (no
         # q, k, v saved, no second quantization of them).
-        out, lse, _, _ = torch.ops.flamia.fwd_saving(
+        out, lse, _, _, amax = torch.ops.flamia.fwd_saving(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, spec.softmax_scale,
             spec.causal, spec.scale_mode, spec.key_smoothing, smoothing_vector,
-            spec.deterministic, sliding_window, spec.static_exponents)
+            spec.deterministic, sliding_window, spec.static_exponents, history is not None)
     else:
-        out, lse, _ = torch.ops.flamia.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                           max_seqlen_k, spec.softmax_scale, spec.causal,
-                                           spec.scale_mode, spec.key_smoothing,
-                                           smoothing_vector, spec.precision, spec.deterministic,
-                                           sliding_window, spec.static_exponents)
+        out, lse, _, amax = torch.ops.flamia.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k,
+                                                 max_seqlen_q, max_seqlen_k, spec.softmax_scale,
+                                                 spec.causal, spec.scale_mode, spec.key_smoothing,
+                                                 smoothing_vector, spec.precision,
+                                                 spec.deterministic, sliding_window,
+                                                 spec.static_exponents, history is not None)
+    if history is not None:
+        history._record_forward(amax, spec.static_exponents)
     return (out, lse) if return_lse else out
+
+
+def _static_history(static_exponents):
+    """static_exponents when it is a StaticScaleHistory (imported here: it imports this module)."""
+    from ._static_scaling import StaticScaleHistory
+
+    return static_exponents if isinstance(static_exponents, StaticScaleHistory) else None
 
 
 def _uniform_cu_seqlens(batch: int, seqlen: int, device: torch.device) -> Tensor:

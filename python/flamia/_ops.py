@@ -33,6 +33,7 @@ QUANTIZE_ENV = "FLAMIA_FORWARD_QUANTIZE"
 # another op saves; same bits either way)
 KEEP_OPERANDS_ENV = "FLAMIA_KEEP_OPERANDS"
 _STATS_PER_ROW = 2  # softmax_stats holds {M, l} per (head, query)
+_KV_AMAX_ROWS = 2  # kv_amax holds K's, then V's amax per KV head
 _BF16 = torch.bfloat16
 
 
@@ -99,13 +100,15 @@ def _forward_quantize() -> int:
 
 def make_forward_args(q, k, v, out, lse, stats, problem: _capi.Problem,
                       stream: int,
-                      saved: Optional[Tensor] = None) -> _capi.ForwardArgs:
+                      saved: Optional[Tensor] = None,
+                      kv_amax: Optional[Tensor] = None) -> _capi.ForwardArgs:
     saved_ptr, saved_bytes = _saved_pointer(saved)
     return _capi.ForwardArgs(problem=problem, q=_tensor(q), k=_tensor(k), v=_tensor(v),
                              o=_tensor(out), lse=_ptr(lse),
                              softmax_stats=_ptr(stats), workspace=None,
                              workspace_bytes=0, stream=stream, quantize=_forward_quantize(),
-                             saved_operands=saved_ptr, saved_operands_bytes=saved_bytes)
+                             saved_operands=saved_ptr, saved_operands_bytes=saved_bytes,
+                             kv_amax=_ptr(kv_amax))
 
 
 def make_backward_args(dout, q, k, v, out, lse, stats, dq, dk, dv, problem: _capi.Problem,
@@ -222,24 +225,36 @@ def _forward_outputs(q: Tensor):
     return out, lse, stats
 
 
+def _kv_amax_output(k: Tensor, wanted: bool) -> Tensor:
+    """flamia_forward_args.kv_amax: FP32 (2, heads_kv), K's then V's amax per KV head; an empty
+    tensor when not wanted (the ops' outputs keep one structure)."""
+    shape = (_KV_AMAX_ROWS, k.shape[1]) if wanted else (0,)
+    return torch.empty(shape, dtype=torch.float32, device=k.device)
+
+
 def _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
                  backward_description: str, saved: Optional[Tensor] = None,
-                 sliding_window: int = 0, static_exponents: Optional[Tensor] = None):
+                 sliding_window: int = 0, static_exponents: Optional[Tensor] = None,
+                 kv_amax: bool = False):
+    """(out, lse, stats, amax): amax is _kv_amax_output's."""
     out, lse, stats = _forward_outputs(q)
-    if q.shape[0] == 0:
-        return out, lse, stats
+    amax = _kv_amax_output(k, kv_amax)
     if k.shape[0] == 0:  # no keys at all: every row is fully masked (O = 0, LSE = -inf)
         out.zero_()
         lse.fill_(-math.inf)
         stats.zero_()
-        return out, lse, stats
+        amax.zero_()
+        return out, lse, stats, amax
+    if q.shape[0] == 0 and not kv_amax:  # (the keys' amax needs the quantize pass)
+        return out, lse, stats, amax
     lib = _capi.library()
     with torch.cuda.device(q.device):
         problem = make_problem(q, k, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                                softmax_scale, causal, scale_mode, key_smoothing,
                                key_smoothing_vector, sliding_window, static_exponents)
-        args = make_forward_args(q, k, v, out, lse, stats, problem, _stream(q.device), saved)
+        args = make_forward_args(q, k, v, out, lse, stats, problem, _stream(q.device), saved,
+                                 amax if kv_amax else None)
         nbytes = workspace_bytes(args)
         workspace, workspace_ptr = _workspace(nbytes, q.device)
         args.workspace = workspace_ptr
@@ -251,7 +266,7 @@ def _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     # `workspace` is returned to the caching allocator here: stream-ordered, so the kernels
     # queued above finish before any later user of the memory on this stream.
     del workspace
-    return out, lse, stats
+    return out, lse, stats, amax
 
 
 def _backward_description(precision: str, deterministic: bool) -> str:
@@ -263,21 +278,25 @@ def fwd(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Ten
         max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
         scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
         precision: str, deterministic: bool, sliding_window: int = 0,
-        static_exponents: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor]:
-    """Returns (out, lse, softmax_stats). `precision` and `deterministic` are used only by the
-    backward; they are inputs here so that autograd can hand them on. sliding_window: 0, or
-    the W keys each causal query sees (flamia.h)."""
+        static_exponents: Optional[Tensor] = None,
+        kv_amax: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Returns (out, lse, softmax_stats, amax). `precision` and `deterministic` are used only by
+    the backward; they are inputs here so that autograd can hand them on. sliding_window: 0, or
+    the W keys each causal query sees (flamia.h). amax: with kv_amax, FP32 (2, heads_kv), each
+    KV head's max |k - m| (the keys as quantized) and max |v| (flamia_forward_args.kv_amax);
+    else empty."""
     return _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                         softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
                         _backward_description(precision, deterministic),
-                        sliding_window=sliding_window, static_exponents=static_exponents)
+                        sliding_window=sliding_window, static_exponents=static_exponents,
+                        kv_amax=kv_amax)
 
 
 @fwd.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale,
               causal, scale_mode, key_smoothing, key_smoothing_vector, precision, deterministic,
-              sliding_window=0, static_exponents=None):
-    return _forward_outputs(q)
+              sliding_window=0, static_exponents=None, kv_amax=False):
+    return _forward_outputs(q) + (_kv_amax_output(k, kv_amax),)
 
 
 @torch.library.custom_op("flamia::fwd_saving", mutates_args=(), device_types="cuda")
@@ -285,24 +304,25 @@ def fwd_saving(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens
                max_seqlen_q: int, max_seqlen_k: int, softmax_scale: float, causal: bool,
                scale_mode: str, key_smoothing: str, key_smoothing_vector: Optional[Tensor],
                deterministic: bool, sliding_window: int = 0,
-               static_exponents: Optional[Tensor] = None) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """The training forward of precision "fp8": returns (out, lse, softmax_stats, saved), where
-    `saved` holds the quantized Q, K, V in every layout the backward reads (uint8,
-    saved_operands_bytes long). flamia::bwd_saved then reads no q, k, v."""
+               static_exponents: Optional[Tensor] = None,
+               kv_amax: bool = False) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The training forward of precision "fp8": returns (out, lse, softmax_stats, saved, amax),
+    where `saved` holds the quantized Q, K, V in every layout the backward reads (uint8,
+    saved_operands_bytes long; flamia::bwd_saved then reads no q, k, v) and amax is fwd's."""
     saved = _saved_buffer(q, k)
-    out, lse, stats = _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                                   max_seqlen_k, softmax_scale, causal, scale_mode,
-                                   key_smoothing, key_smoothing_vector,
-                                   _backward_description("fp8", deterministic), saved,
-                                   sliding_window, static_exponents)
-    return out, lse, stats, saved
+    out, lse, stats, amax = _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                         max_seqlen_k, softmax_scale, causal, scale_mode,
+                                         key_smoothing, key_smoothing_vector,
+                                         _backward_description("fp8", deterministic), saved,
+                                         sliding_window, static_exponents, kv_amax)
+    return out, lse, stats, saved, amax
 
 
 @fwd_saving.register_fake
 def _fwd_saving_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                      softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
-                     deterministic, sliding_window=0, static_exponents=None):
-    return _forward_outputs(q) + (_saved_buffer(q, k),)
+                     deterministic, sliding_window=0, static_exponents=None, kv_amax=False):
+    return _forward_outputs(q) + (_saved_buffer(q, k), _kv_amax_output(k, kv_amax))
 
 
 # ---- backward ------------------------------------------------------------------------------------
@@ -406,8 +426,8 @@ def _no_zero_gradients(ctx) -> None:
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
      scale_mode, key_smoothing, key_smoothing_vector, precision, deterministic,
-     sliding_window, static_exponents) = inputs  # (torch fills in the defaulted ones)
-    out, lse, stats = output
+     sliding_window, static_exponents, _) = inputs  # (torch fills in the defaulted ones)
+    out, lse, stats, amax = output
     ctx.save_for_backward(q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k,
                           key_smoothing_vector, static_exponents)
     ctx.config = dict(max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k,
@@ -415,11 +435,11 @@ def _setup_context(ctx, inputs, output):
                       key_smoothing=key_smoothing, precision=precision,
                       deterministic=deterministic, sliding_window=sliding_window)
     # Like FlashAttention's, the LSE carries no gradient; softmax_stats is internal.
-    ctx.mark_non_differentiable(lse, stats)
+    ctx.mark_non_differentiable(lse, stats, amax)
     _no_zero_gradients(ctx)
 
 
-def _backward(ctx, dout, _dlse, _dstats):
+def _backward(ctx, dout, _dlse, _dstats, _damax):
     q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k, vector, exponents = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
@@ -428,7 +448,7 @@ def _backward(ctx, dout, _dlse, _dstats):
         dout, q, k, v, out, lse, stats, cu_seqlens_q, cu_seqlens_k, c["max_seqlen_q"],
         c["max_seqlen_k"], c["softmax_scale"], c["causal"], c["scale_mode"], c["key_smoothing"],
         vector, c["precision"], c["deterministic"], c["sliding_window"], exponents)
-    return (dq, dk, dv) + (None,) * 13
+    return (dq, dk, dv) + (None,) * 14
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -437,8 +457,8 @@ fwd.register_autograd(_backward, setup_context=_setup_context)
 def _setup_saving_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
      scale_mode, key_smoothing, key_smoothing_vector, deterministic,
-     sliding_window, static_exponents) = inputs
-    out, lse, stats, saved = output
+     sliding_window, static_exponents, _) = inputs
+    out, lse, stats, saved, amax = output
     # No q, k or v: the backward reads the quantized copies in `saved`, K̂ built with the
     # smoothing vector as it was at the forward (the vector is a constant, as documented).
     ctx.save_for_backward(saved, out, lse, stats, cu_seqlens_q, cu_seqlens_k,
@@ -447,11 +467,11 @@ def _setup_saving_context(ctx, inputs, output):
                       max_seqlen_k=max_seqlen_k, softmax_scale=softmax_scale, causal=causal,
                       scale_mode=scale_mode, key_smoothing=key_smoothing,
                       deterministic=deterministic, sliding_window=sliding_window)
-    ctx.mark_non_differentiable(lse, stats, saved)
+    ctx.mark_non_differentiable(lse, stats, saved, amax)
     _no_zero_gradients(ctx)
 
 
-def _backward_saved(ctx, dout, _dlse, _dstats, _dsaved):
+def _backward_saved(ctx, dout, _dlse, _dstats, _dsaved, _damax):
     saved, out, lse, stats, cu_seqlens_q, cu_seqlens_k, vector, exponents = ctx.saved_tensors
     if dout is None:
         dout = torch.zeros_like(out)
@@ -460,7 +480,7 @@ def _backward_saved(ctx, dout, _dlse, _dstats, _dsaved):
         dout, saved, out, lse, stats, cu_seqlens_q, cu_seqlens_k, c["total_k"], c["heads_kv"],
         c["max_seqlen_q"], c["max_seqlen_k"], c["softmax_scale"], c["causal"], c["scale_mode"],
         c["key_smoothing"], vector, c["deterministic"], c["sliding_window"], exponents)
-    return (dq, dk, dv) + (None,) * 12
+    return (dq, dk, dv) + (None,) * 13
 
 
 fwd_saving.register_autograd(_backward_saved, setup_context=_setup_saving_context)

@@ -25,7 +25,13 @@ class StaticScaleHistory:
     elements (one more pass over K and V). Both are device tensors (reading them synchronises).
     A recomputed forward (activation checkpointing) should pass record=False, so that a step
     records once. Everything stays on the tensors' device; no host synchronisation. The amax
-    (and the count) read K and V once more outside flamia's kernels."""
+    (and the count) read K and V once more outside flamia's kernels.
+
+    Or pass the object itself, attn_varlen_func(..., scale_mode="static", static_exponents=
+    scales): the call takes the same exponents and records the amax its own quantize pass
+    measures (flamia_forward_args.kv_amax: of the keys as quantized, k - m under key smoothing),
+    so K and V are read once more only at the first call (which has nothing recorded) and for
+    count_saturated. Each such call records (a recomputed forward records again)."""
 
     def __init__(self, margin: int = 1, history: int = 16, count_saturated: bool = False):
         self.margin = _check_count("margin", margin, 0)
@@ -34,6 +40,36 @@ class StaticScaleHistory:
         self._amax: list[Tensor] = []  # (2, heads_kv) of the recorded calls, oldest first
         self.saturated_heads: Tensor | None = None
         self.saturated: Tensor | None = None  # with count_saturated
+
+    def _forward_exponents(self, k: Tensor, v: Tensor) -> Tensor:
+        """The exponents of a forward that will record its own amax (_record_forward)."""
+        for name, t in (("k", k), ("v", v)):
+            if not isinstance(t, Tensor) or t.dim() != 3:
+                raise ValueError(f"{name} must be a (tokens, heads_kv, head_dim) tensor")
+        if self._amax and self._amax[0].shape[1] != k.shape[1]:
+            raise ValueError(f"k and v have {k.shape[1]} KV heads; the recorded calls had "
+                             f"{self._amax[0].shape[1]}")
+        bound = torch.stack(self._amax).amax(dim=0) if self._amax else key_value_amax(k, v)
+        e = static_exponents(bound[0], bound[1], margin=self.margin)
+        if self.count_saturated:
+            self._count(k, v, e)
+        return e
+
+    def _record_forward(self, amax: Tensor, e: Tensor) -> None:
+        """Records a forward's kv_amax (FP32 (2, heads_kv)) taken under the exponents `e`."""
+        self.saturated_heads = amax > self._limit(e)
+        self._amax.append(amax)
+        del self._amax[:-self.history]
+
+    @staticmethod
+    def _limit(e: Tensor) -> Tensor:
+        """(2, heads_kv): K's and V's largest finite E4M3 value under the exponents e."""
+        return E4M3_MAX * torch.exp2(e.float())
+
+    def _count(self, k: Tensor, v: Tensor, e: Tensor) -> None:
+        limit = self._limit(e)
+        self.saturated = sum((t.detach().abs() > limit[i, None, :, None]).sum()
+                             for i, t in enumerate((k, v)))
 
     def exponents(self, k: Tensor, v: Tensor, record: bool = True) -> Tensor:
         for name, t in (("k", k), ("v", v)):
@@ -45,11 +81,9 @@ class StaticScaleHistory:
                              f"{self._amax[0].shape[1]}")
         bound = torch.stack(self._amax).amax(dim=0) if self._amax else current
         e = static_exponents(bound[0], bound[1], margin=self.margin)
-        limit = E4M3_MAX * torch.exp2(e.float())  # (2, heads_kv): K's, V's largest finite value
-        self.saturated_heads = current > limit
+        self.saturated_heads = current > self._limit(e)
         if self.count_saturated:
-            self.saturated = sum((t.detach().abs() > limit[i, None, :, None]).sum()
-                                 for i, t in enumerate((k, v)))
+            self._count(k, v, e)
         if record:
             self._amax.append(current)
             del self._amax[:-self.history]

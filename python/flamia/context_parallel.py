@@ -460,9 +460,11 @@ class FlamiaBlockKernel:
         self.centers_dq_keys = True
 
     def forward(self, q, k, v, cu_q, cu_k, max_q, max_k, causal):
-        return torch.ops.flamia.fwd(q, k, v, cu_q, cu_k, max_q, max_k, self.softmax_scale, causal,
-                                    self.scale_mode, self.key_smoothing, self.vector,
-                                    self.precision, self.deterministic)
+        out, lse, stats, _ = torch.ops.flamia.fwd(q, k, v, cu_q, cu_k, max_q, max_k,
+                                                  self.softmax_scale, causal, self.scale_mode,
+                                                  self.key_smoothing, self.vector, self.precision,
+                                                  self.deterministic)
+        return out, lse, stats
 
     def backward(self, dout, q, k, v, out, lse, stats, cu_q, cu_k, max_q, max_k, causal):
         return torch.ops.flamia.bwd(dout, q, k, v, out, lse, stats, cu_q, cu_k, max_q, max_k,

@@ -48,7 +48,7 @@ struct FillFloats {
 };
 
 constexpr int kMaxFillBf16 = 3;    // O, or dQ, dK, dV
-constexpr int kMaxFillFloats = 2;  // LSE and softmax stats
+constexpr int kMaxFillFloats = 3;  // LSE, softmax stats and the K/V amax
 constexpr uint16_t kBf16ZeroBits = 0x0000;
 constexpr uint16_t kBf16NanBits = 0x7FC0;
 

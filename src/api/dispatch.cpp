@@ -81,6 +81,7 @@ FillTargets forward_outputs(const flamia_forward_args& a, uint16_t o_bits, float
   targets.add(fill_target(a.o, p.total_q, p.heads_q));
   targets.add(FillFloats{a.lse, per_row_count(p), lse_value});
   targets.add(FillFloats{a.softmax_stats, per_row_count(p) * kSoftmaxStatsPerRow, stats_value});
+  targets.add(FillFloats{a.kv_amax, kv_amax_count(p), stats_value});
   return targets;
 }
 
@@ -109,6 +110,7 @@ QuantizeForwardArgs quantize_forward_args(const flamia_forward_args& a, const Wo
   args.v = input_view(a.v);
   args.out = ws.fwd;
   args.device_status = &ws.status->code;
+  args.kv_amax = a.kv_amax;
   return args;
 }
 
@@ -132,6 +134,7 @@ QuantizeBackwardArgs quantize_saved_operands_args(const flamia_forward_args& a,
   args.out.k_centered_t = ws.bwd.k_centered_t;
   args.out.v = ws.bwd.v;  // no dO job: d_o, d_o_scaled_t and delta stay null
   args.device_status = fwd.device_status;
+  args.kv_amax = fwd.kv_amax;
   return args;
 }
 
@@ -162,7 +165,7 @@ bool forward_fuses_quantize(const flamia_forward_args& a) {
 OverlapPlan forward_overlap_plan(const flamia_forward_args& a) {
   if (forward_fuses_quantize(a)) return OverlapPlan{};
   return plan_forward_overlap(packed_shape(a.problem), current_multiprocessors(),
-                              std::getenv(kOverlapEnvironment));
+                              std::getenv(kOverlapEnvironment), a.saved_operands != nullptr);
 }
 
 namespace {
@@ -230,6 +233,11 @@ flamia_status run_forward_kernels(const flamia_forward_args& a, const WorkspaceL
   kernel.softmax_stats = a.softmax_stats;
   kernel.device_status = &ws.status->code;
   kernel.scheduler_workspace = ws.scheduler;
+  if (a.kv_amax != nullptr) {  // the quantize jobs take their maxima into it
+    const cudaError_t error =
+        cudaMemsetAsync(a.kv_amax, 0, size_t(kv_amax_count(p)) * sizeof(float), stream);
+    if (error != cudaSuccess) return fail_cuda(where, "zeroing kv_amax", error);
+  }
   if (forward_fuses_quantize(a)) {
     kernel.fused.enabled = true;
     kernel.fused.q = input_view(a.q);

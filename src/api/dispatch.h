@@ -11,6 +11,11 @@
 namespace flamia::api {
 
 PackedShape packed_shape(const flamia_problem& problem);
+// Elements of flamia_forward_args.kv_amax: K's then V's amax per KV head.
+constexpr int kKvAmaxRows = 2;
+inline int64_t kv_amax_count(const flamia_problem& p) {
+  return kKvAmaxRows * int64_t(p.heads_kv);
+}
 SeqlensLimits seqlens_limits(const flamia_problem& problem);
 WorkspaceRequest forward_workspace_request(const flamia_forward_args& args);
 WorkspaceRequest backward_workspace_request(const flamia_backward_args& args);

@@ -28,12 +28,13 @@ struct OverlapPlan {
 // The SMs of the current device (132 on an H200).
 int current_multiprocessors();
 
-// How to split a forward of `shape` on a GPU of `multiprocessors` SMs; `override_spec` is the
+// How to split a forward of `shape` on a GPU of `multiprocessors` SMs (`keeps_operands`: a
+// training forward, which writes the backward's copies too); `override_spec` is the
 // FLAMIA_FORWARD_OVERLAP environment variable ("off", "auto" or null, or "CHUNKS:SMS[:STREAMS]"
 // with SMS the SMs left to the quantization and STREAMS the attention streams, 1 or 2),
 // validated by parse_overlap_override.
 OverlapPlan plan_forward_overlap(const PackedShape& shape, int multiprocessors,
-                                 const char* override_spec);
+                                 const char* override_spec, bool keeps_operands = false);
 
 // Whether `spec` is a valid FLAMIA_FORWARD_OVERLAP value; fills `chunks` and `sms` for
 // "CHUNKS:SMS" (0 for "off"/"auto"/null, with `off` telling which).

@@ -285,6 +285,12 @@ flamia_status check_forward_quantize(const flamia_forward_args& a, const char* w
                 "(use AUTO or SEPARATE)",
                 where);
   }
+  if (quantize == FLAMIA_QUANTIZE_FUSED && a.kv_amax != nullptr) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: quantize = FLAMIA_QUANTIZE_FUSED with kv_amax is not supported: the fused "
+                "quantization writes no amax (use AUTO or SEPARATE)",
+                where);
+  }
   if (quantize == FLAMIA_QUANTIZE_FUSED && a.problem.sliding_window > 0) {
     return fail(FLAMIA_ERROR_UNSUPPORTED,
                 "%s: quantize = FLAMIA_QUANTIZE_FUSED with a sliding window is not supported "
@@ -415,6 +421,10 @@ flamia_status validate_forward_args(const flamia_forward_args* args, const char*
   if (status == FLAMIA_OK) {
     status = check_floats(a.softmax_stats, rows(p) * kSoftmaxStatsPerRow, false, "softmax_stats",
                           "optional", where);
+  }
+  if (status == FLAMIA_OK) {
+    status = check_floats(a.kv_amax, kv_amax_count(p), false, "kv_amax",
+                          "optional FP32 (2, heads_kv) output", where);
   }
   if (status == FLAMIA_OK) {
     status = check_saved_operands(a.saved_operands, a.saved_operands_bytes, p, where);

@@ -430,6 +430,24 @@ std::vector<ForwardCase> forward_cases() {
        [](ForwardSetup& s) { s.args.softmax_stats = static_cast<float*>(fake_device(7, 8)); },
        FLAMIA_ERROR_INVALID_ARGUMENT,
        {": softmax_stats", "16-byte aligned"}},
+      {"KvAmaxMisaligned",
+       [](ForwardSetup& s) { s.args.kv_amax = static_cast<float*>(fake_device(14, 4)); },
+       FLAMIA_ERROR_INVALID_ARGUMENT,
+       {": kv_amax", "16-byte aligned"}},
+      {"KvAmaxWithFusedQuantization",
+       [](ForwardSetup& s) {
+         s.args.kv_amax = static_cast<float*>(fake_device(14));
+         s.args.quantize = FLAMIA_QUANTIZE_FUSED;
+       },
+       FLAMIA_ERROR_UNSUPPORTED,
+       {"FLAMIA_QUANTIZE_FUSED with kv_amax"}},
+      {"KvAmaxIsAccepted",
+       [](ForwardSetup& s) {
+         s.args.kv_amax = static_cast<float*>(fake_device(14));
+         s.args.workspace = nullptr;
+       },
+       FLAMIA_ERROR_WORKSPACE,
+       {"workspace is NULL"}},
       {"SoftmaxStatsAreOptional",
        [](ForwardSetup& s) {
          s.args.softmax_stats = nullptr;

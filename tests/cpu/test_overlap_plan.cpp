@@ -48,6 +48,13 @@ TEST(OverlapPlan, DefaultOverlapsLongDocumentsOnly) {
   long_tail.push_back(14851);
   EXPECT_TRUE(
       plan_forward_overlap(documents(long_tail, 16, 16, 128), kH200Sms, nullptr).overlapped());
+  // A training forward (keeping the backward's operands) is not overlapped by default, but
+  // may be asked to be.
+  const PackedShape eight_k = documents(std::vector<int>(4, 8192), 16, 16, 128);
+  EXPECT_FALSE(
+      plan_forward_overlap(eight_k, kH200Sms, nullptr, /*keeps_operands=*/true).overlapped());
+  EXPECT_TRUE(
+      plan_forward_overlap(eight_k, kH200Sms, "4:16", /*keeps_operands=*/true).overlapped());
   // A GPU too small to give 8 SMs away and keep 3/4 of them.
   EXPECT_FALSE(plan_forward_overlap(documents(std::vector<int>(4, 8192), 16, 16, 128), 16, nullptr)
                    .overlapped());

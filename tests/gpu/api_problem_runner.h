@@ -50,6 +50,7 @@ class ApiProblem {
         o_(in.q.bits.size()),
         lse_(size_t(p.heads_q) * p.total_q()),
         stats_(size_t(p.heads_q) * p.total_q() * 2),
+        kv_amax_(size_t(2) * p.heads_kv),
         dq_(p.total_q(), p.heads_q, p.head_dim),
         dk_(p.total_k(), p.heads_kv, p.head_dim),
         dv_(p.total_k(), p.heads_kv, p.head_dim) {
@@ -65,7 +66,7 @@ class ApiProblem {
   }
 
   // The forward once (its O and stats feed every backward run); with `save`, it keeps its
-  // quantized operands in saved() (poisoned first).
+  // quantized operands in saved() (poisoned first). It also writes the K/V amax (kv_amax()).
   void forward(bool save = false) {
     flamia_forward_args a = shared_args<flamia_forward_args>();
     if (save) {
@@ -85,9 +86,13 @@ class ApiProblem {
     o_.poison();
     lse_.poison();
     stats_.poison();
+    kv_amax_.poison();
+    a.kv_amax = kv_amax_.get();
     ASSERT_EQ(flamia_forward(&a), FLAMIA_OK) << flamia_last_error_message();
     ASSERT_EQ(flamia_check_device_status(a.workspace, nullptr), FLAMIA_OK);
   }
+  // flamia_forward_args.kv_amax of the last forward(): K's maxima per KV head, then V's.
+  std::vector<float> kv_amax() const { return kv_amax_.download(); }
   ForwardBits forward_bits() const { return {o_.download(), lse_.download(), stats_.download()}; }
 
   // The saved operands of the last forward(true) (or none).
@@ -153,7 +158,7 @@ class ApiProblem {
   flamia_problem problem_;
   DeviceBuffer<int32_t> cu_q_, cu_k_;
   DeviceBuffer<uint16_t> q_, k_, v_, d_o_, o_;
-  DeviceBuffer<float> lse_, stats_;
+  DeviceBuffer<float> lse_, stats_, kv_amax_;
   StridedOutput dq_, dk_, dv_;
   DeviceBuffer<uint8_t> saved_;
   DeviceBuffer<uint8_t> static_exponents_;

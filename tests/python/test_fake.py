@@ -28,11 +28,15 @@ def make_inputs(device, heads_q=8, heads_kv=2, head_dim=128, total_q=TOTAL, tota
 def test_fake_cuda_shapes(heads_q, heads_kv, head_dim):
     with FakeTensorMode():
         q, k, v, cu = make_inputs("cuda", heads_q, heads_kv, head_dim)
-        out, lse, stats = torch.ops.flamia.fwd(q, k, v, cu, cu, 113, 113, 0.1, True, "exact",
-                                               "none", None, "fp8", False)
+        out, lse, stats, amax = torch.ops.flamia.fwd(q, k, v, cu, cu, 113, 113, 0.1, True,
+                                                     "exact", "none", None, "fp8", False)
         assert out.shape == q.shape and out.dtype == BF16 and out.device.type == "cuda"
         assert lse.shape == (heads_q, TOTAL) and lse.dtype == torch.float32
         assert stats.shape == (heads_q, TOTAL, 2) and stats.dtype == torch.float32
+        assert amax.shape == (0,)  # not asked for
+        amax = torch.ops.flamia.fwd(q, k, v, cu, cu, 113, 113, 0.1, True, "exact", "none", None,
+                                    "fp8", False, 0, None, True)[3]
+        assert amax.shape == (2, heads_kv) and amax.dtype == torch.float32
         dq, dk, dv = torch.ops.flamia.bwd(out, q, k, v, out, lse, stats, cu, cu, 113, 113, 0.1,
                                           True, "block32", "first_key", None, "fp8-bf16grad",
                                           True)
@@ -74,8 +78,9 @@ def test_opcheck_forward_and_backward():
     q, k, v, cu = make_inputs("meta", requires_grad=True)
     fwd_args = (q, k, v, cu, cu, 113, 113, 0.1, True, "exact", "none", None, "fp8", False)
     torch.library.opcheck(torch.ops.flamia.fwd.default, fwd_args)
+    torch.library.opcheck(torch.ops.flamia.fwd.default, fwd_args + (0, None, True))
     with torch.no_grad():
-        out, lse, stats = torch.ops.flamia.fwd(*fwd_args)
+        out, lse, stats, _ = torch.ops.flamia.fwd(*fwd_args)
     bwd_args = (out, q.detach(), k.detach(), v.detach(), out, lse, stats, cu, cu, 113, 113, 0.1,
                 True, "exact", "none", None, "fp8", True)
     torch.library.opcheck(torch.ops.flamia.bwd.default, bwd_args)
@@ -86,8 +91,10 @@ def test_opcheck_training_pair(heads_q, heads_kv, head_dim):
     q, k, v, cu = make_inputs("meta", heads_q, heads_kv, head_dim, requires_grad=True)
     fwd_args = (q, k, v, cu, cu, 113, 113, 0.1, True, "block32", "first_key", None, False)
     torch.library.opcheck(torch.ops.flamia.fwd_saving.default, fwd_args)
+    torch.library.opcheck(torch.ops.flamia.fwd_saving.default, fwd_args + (0, None, True))
     with torch.no_grad():
-        out, lse, stats, saved = torch.ops.flamia.fwd_saving(*fwd_args)
+        out, lse, stats, saved, amax = torch.ops.flamia.fwd_saving(*fwd_args + (0, None, True))
+    assert amax.shape == (2, heads_kv) and amax.dtype == torch.float32
     assert saved.dtype == torch.uint8 and saved.dim() == 1
     assert saved.numel() == flamia._ops.saved_operands_bytes(TOTAL, TOTAL, heads_q, heads_kv,
                                                               head_dim)

@@ -178,6 +178,68 @@ def test_static_scales_against_float64_and_the_kept_operands(head_dim, causal, k
         assert torch.equal(again[name], result[name]), name
 
 
+def _keys_as_quantized(k, cu_seqlens, smoothing):
+    """k - m in FP32 (m: each document's first key, a vector, or 0), as the quantize pass."""
+    k = k.detach().float()
+    if isinstance(smoothing, torch.Tensor):
+        return k - smoothing[None]
+    if smoothing == "first_key":
+        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+        first = torch.repeat_interleave(cu_seqlens[:-1].long(), lengths)
+        return k - k[first]
+    return k
+
+
+@pytest.mark.parametrize("scale_mode, smoothing, keep", [
+    ("exact", "none", False), ("static", "first_key", True), ("block32", "vector", False),
+    ("static", "none", True)])
+def test_forward_amax_output_equals_torch(scale_mode, smoothing, keep):
+    """flamia::fwd / fwd_saving with kv_amax: each KV head's max |k - m| and max |v| from the
+    quantize pass, bit for bit the same FP32 maxima as torch's; GQA, awkward documents."""
+    p = make(AWKWARD, heads_q=8, heads_kv=4, head_dim=64, requires_grad=False)
+    vector = torch.randn(4, 64, device=DEVICE) if smoothing == "vector" else None
+    exponents = flamia.static_exponents(p["k"], p["v"], margin=2) if scale_mode == "static" \
+        else None
+    args = (p["q"], p["k"], p["v"], p["cu_seqlens_q"], p["cu_seqlens_k"], p["max_seqlen_q"],
+            p["max_seqlen_k"], 0.125, True, scale_mode, "vector" if vector is not None else
+            smoothing, vector)
+    _poison_allocator()
+    if keep:
+        amax = torch.ops.flamia.fwd_saving(*args, False, 0, exponents, True)[4]
+    else:
+        amax = torch.ops.flamia.fwd(*args, "fp8", False, 0, exponents, True)[3]
+    keys = _keys_as_quantized(p["k"], p["cu_seqlens_k"], vector if vector is not None else
+                              smoothing)
+    expected = torch.stack([keys.abs().amax(dim=(0, 2)),
+                            p["v"].detach().float().abs().amax(dim=(0, 2))])
+    assert torch.equal(amax, expected), (amax, expected)
+
+
+@pytest.mark.parametrize("with_gradient", [False, True])
+def test_static_scale_history_through_the_forward(with_gradient):
+    """attn_varlen_func(..., static_exponents=history): the exponents history.exponents would
+    give (the first call's own amax, then the recorded ones), the same bits as passing them,
+    and the forward's own amax recorded (no smoothing: torch's amax of k and v)."""
+    scales = flamia.StaticScaleHistory(margin=1, history=4)
+    steps = [make(AWKWARD, heads_q=8, heads_kv=2, head_dim=128, seed=s,
+                  requires_grad=with_gradient) for s in range(3)]
+    expected_exponents = flamia.static_exponents(steps[0]["k"], steps[0]["v"], margin=1)
+    for i, p in enumerate(steps):
+        dout = torch.randn_like(p["q"]) if with_gradient else None
+        through = run(p, dout, causal=True, scale_mode="static", static_exponents=scales,
+                      deterministic=True)
+        given = run(p, dout, causal=True, scale_mode="static",
+                    static_exponents=expected_exponents, deterministic=True)
+        for name in through:
+            assert torch.equal(through[name], given[name]), (i, name)
+        recorded = scales._amax[-1]
+        assert torch.equal(recorded, flamia._interface.key_value_amax(p["k"], p["v"])), i
+        assert scales.saturated_heads.shape == (2, 2)
+        bound = torch.stack(scales._amax).amax(dim=0)
+        expected_exponents = flamia.static_exponents(bound[0], bound[1], margin=1)
+    assert len(scales._amax) == len(steps)
+
+
 def test_static_scales_saturate_as_documented():
     """Values beyond 448 * 2^e saturate to 448 * 2^e (satfinite): an exponent too small for V
     clips O, and a larger one does not."""
@@ -462,7 +524,7 @@ def test_training_forward_keeps_its_operands_and_changes_no_bit(scale_mode, key_
     scale = 1.0 / math.sqrt(head_dim)
     args = (q, k, v, p["cu_seqlens_q"], p["cu_seqlens_k"], p["max_seqlen_q"], p["max_seqlen_k"],
             scale, True, scale_mode, key_smoothing, vector)
-    out, lse, stats = torch.ops.flamia.fwd(*args, "fp8", True)
+    out, lse, stats, _ = torch.ops.flamia.fwd(*args, "fp8", True)
     dq, dk, dv = torch.ops.flamia.bwd(dout, q, k, v, out, lse, stats, p["cu_seqlens_q"],
                                       p["cu_seqlens_k"], p["max_seqlen_q"], p["max_seqlen_k"],
                                       scale, True, scale_mode, key_smoothing, vector, "fp8", True)

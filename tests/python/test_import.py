@@ -37,7 +37,7 @@ def test_ops_registered_with_schema():
     bwd = str(torch.ops.flamia.bwd.default._schema)
     assert fwd.startswith("flamia::fwd(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, "
                           "Tensor cu_seqlens_k, SymInt max_seqlen_q, SymInt max_seqlen_k"), fwd
-    assert fwd.endswith("-> (Tensor, Tensor, Tensor)"), fwd
+    assert fwd.endswith("bool kv_amax=False) -> (Tensor, Tensor, Tensor, Tensor)"), fwd
     assert "Tensor? key_smoothing_vector" in fwd
     assert bwd.startswith("flamia::bwd(Tensor dout, Tensor q, Tensor k, Tensor v, Tensor out, "
                           "Tensor lse, Tensor softmax_stats"), bwd

@@ -63,6 +63,21 @@ def test_history_takes_the_recorded_calls_amax():
     assert scales.exponents(*_kv(1.0, 1.0)).tolist() == [[-8, -8], [-8, -8]]  # calls 3, 4
 
 
+def test_history_through_the_forward_records_the_forwards_amax():
+    """The path attn_varlen_func(..., static_exponents=history) takes: the same exponents as
+    exponents() (the first call's own amax, then the recorded ones), but what it records is the
+    amax the forward measured (here handed in), not one computed from k and v."""
+    scales = flamia.StaticScaleHistory(margin=0, history=2, count_saturated=True)
+    e = scales._forward_exponents(*_kv(4.0, 448.0))
+    assert e.tolist() == [[-6, -6], [0, 0]] and int(scales.saturated) == 0
+    scales._record_forward(torch.tensor([[900.0, 1.0], [2.0, 2.0]]), e)
+    assert scales.saturated_heads.tolist() == [[True, False], [False, False]]
+    e = scales._forward_exponents(*_kv(1.0, 1.0))  # the recorded amax, not this call's
+    assert e.tolist() == [[2, -8], [-7, -7]]
+    with pytest.raises(ValueError, match="KV heads"):
+        scales._forward_exponents(*_kv(1.0, 1.0, heads=3))
+
+
 def test_history_margin_and_unrecorded_calls():
     scales = flamia.StaticScaleHistory(margin=2, history=4)
     scales.exponents(*_kv(1.0, 1.0))

@@ -54,10 +54,12 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
   k_hat.row_major = fwd.k.values;
   k_hat.exponents[0] = fwd.k.exponents;
   k_hat.static_exponents = args.static_exponents.key;
+  k_hat.amax_out = kv_amax_row(args.kv_amax, shape, 0);
   // K̂ shares K̂c's bytes when both come from k - k_first with the same exponents (not kStatic)
   if (k_hat.transform == Transform::kSubtractFirstKey && k_hat.static_exponents == nullptr) {
     k_centered.row_major = k_hat.row_major;
     k_centered.exponents[1] = other_exponents(k_centered.exponents[0], k_hat.exponents[0]);
+    k_centered.amax_out = k_hat.amax_out;  // the same transform
     add_copy(k, k_centered);
   } else {
     add_copy(k, k_centered);
@@ -75,6 +77,7 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
   v_hat.exponents[0] = out.v.exponents;
   v_hat.exponents[1] = other_exponents(out.v.exponents, fwd.v_t.exponents);
   v_hat.static_exponents = args.static_exponents.value;
+  v_hat.amax_out = kv_amax_row(args.kv_amax, shape, 1);
   add_copy(v, v_hat);
 
   // dÔ first: delta reads copy 0's codes.

@@ -30,6 +30,7 @@ cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_
   k_hat.row_major = args.out.k.values;
   k_hat.exponents[0] = args.out.k.exponents;
   k_hat.static_exponents = args.static_exponents.key;
+  k_hat.amax_out = kv_amax_row(args.kv_amax, shape, 0);
   add_copy(k, k_hat);
   k.shift_vector = args.key_smoothing_vector;
 
@@ -40,6 +41,7 @@ cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_
   v_hat_t.token_major = args.out.v_t.values;
   v_hat_t.exponents[0] = args.out.v_t.exponents;
   v_hat_t.static_exponents = args.static_exponents.value;
+  v_hat_t.amax_out = kv_amax_row(args.kv_amax, shape, 1);
   add_copy(v, v_hat_t);
 
   restrict_to_range(q, args.heads, shape, /*query_side=*/true);

@@ -54,6 +54,9 @@ struct CopySpec {
   // Scale mode kStatic (K̂, V̂): the exponent of every token of head h is
   // static_scale_exponent(static_exponents[h]) instead of its block's amax rule.
   const int8_t* static_exponents = nullptr;  // device, [heads]
+  // Optional: the copy's amax per head over all tokens (of what it quantizes, before the
+  // scale), taken into FP32 [heads] by atomic maxima (the caller zeroes it).
+  float* amax_out = nullptr;
 };
 
 struct TensorSource {

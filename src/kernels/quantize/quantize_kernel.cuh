@@ -392,6 +392,12 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
     }
     if (job.lse_shift.out != nullptr) job.lse_shift.out[out_index] = lse_shift_value(job, tid, s);
   }
+  // The copies' amax outputs: the tile's own tokens' maxima, one atomic per warp of them.
+  for (int k = 0; k < job.num_copies; ++k) {
+    if (job.copy[k].amax_out != nullptr && tid < kTileTokens)
+      add_tile_amax(s.amax[k] + (tile_begin - window_origin), tile_count, tid,
+                    job.copy[k].amax_out + head);
+  }
   __syncthreads();
 
   // ---- 5. values ----------------------------------------------------------------------------

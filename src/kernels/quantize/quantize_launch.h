@@ -28,7 +28,7 @@ inline Transform transform_of(KeySmoothing smoothing) {
 }
 inline bool has_outputs(const CopySpec& copy) {
   return copy.row_major != nullptr || copy.token_major != nullptr || copy.exponents[0] != nullptr ||
-         copy.exponents[1] != nullptr;
+         copy.exponents[1] != nullptr || copy.amax_out != nullptr;
 }
 
 // Appends `copy` to the job if it writes anything (or `keep`).

@@ -73,6 +73,7 @@ inline void restrict_to_heads(TensorJob& job, int first, int count, int head_dim
     copy.token_major = advance(copy.token_major, head_values * padded_tokens(job.tokens));
     for (int8_t*& exponents : copy.exponents) exponents = advance(exponents, first * tokens);
     copy.static_exponents = advance(copy.static_exponents, first);
+    copy.amax_out = advance(copy.amax_out, first);
   }
   job.shift_vector = advance(job.shift_vector, head_values);
   job.softmax_stats = advance(job.softmax_stats, first * tokens * kSoftmaxStatsPerRow);
@@ -95,6 +96,11 @@ inline void restrict_to_range(TensorJob& job, const HeadRange& range, const Pack
     restrict_to_heads(job, range.q_begin(shape), range.q_heads(shape), shape.head_dim);
   else
     restrict_to_heads(job, range.kv_begin, range.kv_heads(shape), shape.head_dim);
+}
+
+// `amax` moved to K's (row 0) or V's (row 1) maxima of `shape`'s KV heads, or null.
+inline float* kv_amax_row(float* amax, const PackedShape& shape, int row) {
+  return advance(amax, int64_t(row) * shape.heads_kv);
 }
 
 inline bool range_valid(const HeadRange& range, const PackedShape& shape) {
