@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "flamia/flamia.h"
@@ -66,9 +67,11 @@ class ApiProblem {
   }
 
   // The forward once (its O and stats feed every backward run); with `save`, it keeps its
-  // quantized operands in saved() (poisoned first). It also writes the K/V amax (kv_amax()).
-  void forward(bool save = false) {
+  // quantized operands in saved() (poisoned first). It also writes the K/V amax (kv_amax();
+  // not with FUSED, which has none). `quantize`: flamia_forward_args.quantize.
+  void forward(bool save = false, flamia_forward_quantize quantize = FLAMIA_QUANTIZE_AUTO) {
     flamia_forward_args a = shared_args<flamia_forward_args>();
+    a.quantize = quantize;
     if (save) {
       size_t saved_bytes = 0;
       ASSERT_EQ(flamia_saved_operands_size(&problem_, &saved_bytes), FLAMIA_OK)
@@ -83,14 +86,32 @@ class ApiProblem {
     DeviceBuffer<uint8_t> workspace(bytes);
     a.workspace = workspace.get();
     a.workspace_bytes = bytes;
+    workspace.poison();
     o_.poison();
     lse_.poison();
     stats_.poison();
     kv_amax_.poison();
-    a.kv_amax = kv_amax_.get();
+    if (quantize != FLAMIA_QUANTIZE_FUSED) a.kv_amax = kv_amax_.get();
     ASSERT_EQ(flamia_forward(&a), FLAMIA_OK) << flamia_last_error_message();
     ASSERT_EQ(flamia_check_device_status(a.workspace, nullptr), FLAMIA_OK);
+    description_ = flamia_describe_forward(&a);
   }
+  // flamia_forward's status for `quantize` (the workspace query's when that fails; the
+  // outputs are not read).
+  flamia_status forward_status(flamia_forward_quantize quantize) {
+    flamia_forward_args a = shared_args<flamia_forward_args>();
+    a.quantize = quantize;
+    size_t bytes = 0;
+    const flamia_status query = flamia_forward_workspace_size(&a, &bytes);
+    if (query != FLAMIA_OK) return query;
+    DeviceBuffer<uint8_t> workspace(bytes);
+    a.workspace = workspace.get();
+    a.workspace_bytes = bytes;
+    const flamia_status status = flamia_forward(&a);
+    return status != FLAMIA_OK ? status : flamia_check_device_status(a.workspace, nullptr);
+  }
+  // flamia_describe_forward of the last forward().
+  const std::string& description() const { return description_; }
   // flamia_forward_args.kv_amax of the last forward(): K's maxima per KV head, then V's.
   std::vector<float> kv_amax() const { return kv_amax_.download(); }
   ForwardBits forward_bits() const { return {o_.download(), lse_.download(), stats_.download()}; }
@@ -163,6 +184,7 @@ class ApiProblem {
   DeviceBuffer<uint8_t> saved_;
   DeviceBuffer<uint8_t> static_exponents_;
   DeviceBuffer<float> smoothing_vector_;
+  std::string description_;
 };
 
 }  // namespace flamia::test

@@ -7,35 +7,18 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
-#include <ostream>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "api_problem_runner.h"
+#include "forward_cases.h"
 #include "flamia/flamia.h"
 #include "gpu_test_utils.h"
 #include "reference/attention_ref.h"
 
 namespace flamia::test {
 namespace {
-
-struct AmaxCase {
-  std::string name;
-  std::vector<int> docs;
-  std::vector<int> keys;  // non-causal key lengths; empty: the same as docs
-  int heads_q;
-  int heads_kv;
-  int head_dim;
-  bool causal;
-  ScaleMode mode;
-  KeySmoothing smoothing;
-};
-void PrintTo(const AmaxCase& c, std::ostream* os) {
-  *os << c.name;
-}
 
 // The expected (2, heads_kv) maxima: the quantize pass's own FP32 operations (x - m, |.|, max).
 std::vector<float> host_kv_amax(const ref::Problem& p, const ref::Inputs& in) {
@@ -59,31 +42,13 @@ std::vector<float> host_kv_amax(const ref::Problem& p, const ref::Inputs& in) {
   return amax;
 }
 
-ref::Problem make_case_problem(const AmaxCase& c) {
-  ref::Problem p = ref::make_problem(c.docs, c.heads_q, c.heads_kv, c.head_dim, c.causal, c.mode);
-  if (!c.keys.empty()) {
-    p.cu_seqlens_k = {0};
-    for (int n : c.keys) p.cu_seqlens_k.push_back(p.cu_seqlens_k.back() + n);
-  }
-  p.key_smoothing = c.smoothing;
-  if (c.smoothing == KeySmoothing::kVector) {
-    std::mt19937 rng(std::hash<std::string>{}(c.name));
-    std::normal_distribution<float> normal(0.0f, 2.0f);
-    p.smoothing_vector.resize(size_t(c.heads_kv) * c.head_dim);
-    for (float& x : p.smoothing_vector) x = normal(rng);
-  }
-  return p;
-}
-
-class ForwardAmaxTest : public ::testing::TestWithParam<AmaxCase> {};
+class ForwardAmaxTest : public ::testing::TestWithParam<ForwardCase> {};
 
 TEST_P(ForwardAmaxTest, EqualsTheHostsMaxima) {
   FLAMIA_REQUIRE_SM90();
-  const AmaxCase& c = GetParam();
+  const ForwardCase& c = GetParam();
   const ref::Problem problem = make_case_problem(c);
-  ref::InputOptions options;
-  options.seed = std::hash<std::string>{}(c.name);
-  const ref::Inputs inputs = ref::make_inputs(problem, options);
+  const ref::Inputs inputs = make_case_inputs(c, problem);
   const std::vector<float> expected = host_kv_amax(problem, inputs);
   ApiProblem device(problem, inputs);
   if (problem.total_k() == 0)  // a problem without keys still declares a longest document
@@ -92,9 +57,10 @@ TEST_P(ForwardAmaxTest, EqualsTheHostsMaxima) {
     for (bool keep : {false, true}) {
       SCOPED_TRACE(std::string("FLAMIA_FORWARD_OVERLAP=") + overlap +
                    (keep ? ", keeping operands" : ""));
-      setenv("FLAMIA_FORWARD_OVERLAP", overlap, 1);
-      device.forward(keep);
-      unsetenv("FLAMIA_FORWARD_OVERLAP");
+      {
+        const OverlapSetting setting(overlap);
+        device.forward(keep);
+      }
       const std::vector<float> amax = device.kv_amax();
       ASSERT_EQ(amax.size(), expected.size());
       for (size_t i = 0; i < amax.size(); ++i) {
@@ -106,7 +72,7 @@ TEST_P(ForwardAmaxTest, EqualsTheHostsMaxima) {
   }
 }
 
-std::vector<AmaxCase> amax_cases() {
+std::vector<ForwardCase> amax_cases() {
   const std::vector<int> long_docs = {300, 17, 1, 2049, 0, 700};
   const std::vector<int> awkward = {130, 7, 0, 700, 64, 1, 113};
   using M = ScaleMode;

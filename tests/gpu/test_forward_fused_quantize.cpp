@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "api_problem_runner.h"
+#include "forward_cases.h"
 #include "flamia/flamia.h"
 #include "gpu_test_utils.h"
 #include "reference/api_problem.h"
@@ -19,126 +21,27 @@
 namespace flamia::test {
 namespace {
 
-struct FusedCase {
-  std::string name;
-  std::vector<int> docs;  // query (and, unless keys is set, key) lengths
-  std::vector<int> keys;  // non-causal cross lengths; empty: the same as docs
-  int heads_q;
-  int heads_kv;
-  int head_dim;
-  bool causal;
-  ScaleMode mode;
-};
-
-struct ForwardRun {
-  std::vector<uint16_t> o;
-  std::vector<float> lse;
-  std::vector<float> stats;
-};
-
-std::vector<int32_t> offsets(const std::vector<int>& lengths) {
-  std::vector<int32_t> cu = {0};
-  for (int n : lengths) cu.push_back(cu.back() + n);
-  return cu;
+// The forward through `quantize`'s path: O, LSE and {M, l} as bits, and its description.
+ForwardBits run(ApiProblem& device, flamia_forward_quantize quantize, std::string* description) {
+  device.forward(/*save=*/false, quantize);
+  *description = device.description();
+  return device.forward_bits();
 }
 
-class FusedForward {
- public:
-  FusedForward(const ref::Problem& p, const ref::Inputs& in)
-      : p_(p),
-        cu_q_(p.cu_seqlens_q),
-        cu_k_(p.cu_seqlens_k),
-        q_(in.q.bits),
-        k_(in.k.bits),
-        v_(in.v.bits),
-        o_(in.q.bits.size()),
-        lse_(size_t(p.heads_q) * p.total_q()),
-        stats_(size_t(p.heads_q) * p.total_q() * 2) {}
-
-  flamia_forward_args args(flamia_forward_quantize quantize) const {
-    flamia_forward_args a;
-    std::memset(&a, 0, sizeof(a));
-    a.problem = ref::api_problem(p_, cu_q_.get(), cu_k_.get());
-    auto dense = [&](const DeviceBuffer<uint16_t>& b, int heads) {
-      return flamia_tensor{b.get(), int64_t(heads) * p_.head_dim, p_.head_dim};
-    };
-    a.q = dense(q_, p_.heads_q);
-    a.k = dense(k_, p_.heads_kv);
-    a.v = dense(v_, p_.heads_kv);
-    a.o = dense(o_, p_.heads_q);
-    a.lse = lse_.get();
-    a.softmax_stats = stats_.get();
-    a.quantize = quantize;
-    return a;
-  }
-
-  // flamia_forward's status (the workspace query's when that fails), outputs not read.
-  flamia_status status(flamia_forward_quantize quantize) {
-    flamia_forward_args a = args(quantize);
-    size_t bytes = 0;
-    const flamia_status query = flamia_forward_workspace_size(&a, &bytes);
-    if (query != FLAMIA_OK) return query;
-    DeviceBuffer<uint8_t> workspace(bytes);
-    a.workspace = workspace.get();
-    a.workspace_bytes = bytes;
-    const flamia_status status = flamia_forward(&a);
-    return status != FLAMIA_OK ? status : flamia_check_device_status(a.workspace, nullptr);
-  }
-
-  void run(flamia_forward_quantize quantize, ForwardRun* out) {
-    flamia_forward_args a = args(quantize);
-    size_t bytes = 0;
-    ASSERT_EQ(flamia_forward_workspace_size(&a, &bytes), FLAMIA_OK) << flamia_last_error_message();
-    DeviceBuffer<uint8_t> workspace(bytes);
-    workspace.poison();
-    a.workspace = workspace.get();
-    a.workspace_bytes = bytes;
-    o_.poison();
-    lse_.poison();
-    stats_.poison();
-    ASSERT_EQ(flamia_forward(&a), FLAMIA_OK) << flamia_last_error_message();
-    ASSERT_EQ(flamia_check_device_status(a.workspace, nullptr), FLAMIA_OK);
-    description_ = flamia_describe_forward(&a);
-    out->o = o_.download();
-    out->lse = lse_.download();
-    out->stats = stats_.download();
-  }
-  const std::string& description() const { return description_; }
-
- private:
-  const ref::Problem& p_;
-  DeviceBuffer<int32_t> cu_q_, cu_k_;
-  DeviceBuffer<uint16_t> q_, k_, v_, o_;
-  DeviceBuffer<float> lse_, stats_;
-  std::string description_;
-};
-
-template <typename T>
-size_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return i;
-  return a.size();
-}
-
-class FusedQuantizeTest : public ::testing::TestWithParam<FusedCase> {};
+class FusedQuantizeTest : public ::testing::TestWithParam<ForwardCase> {};
 
 TEST_P(FusedQuantizeTest, BitwiseEqualToSeparatePass) {
   FLAMIA_REQUIRE_SM90();
-  const FusedCase& c = GetParam();
-  ref::Problem problem =
-      ref::make_problem(c.docs, c.heads_q, c.heads_kv, c.head_dim, c.causal, c.mode);
-  if (!c.keys.empty()) problem.cu_seqlens_k = offsets(c.keys);
-  ref::InputOptions options;
-  options.seed = std::hash<std::string>{}(c.name);
-  const ref::Inputs inputs = ref::make_inputs(problem, options);
-  FusedForward device(problem, inputs);
-  ForwardRun separate, fused, automatic;
-  ASSERT_NO_FATAL_FAILURE(device.run(FLAMIA_QUANTIZE_SEPARATE, &separate));
-  ASSERT_NO_FATAL_FAILURE(device.run(FLAMIA_QUANTIZE_FUSED, &fused));
-  EXPECT_NE(device.description().find("quantization fused"), std::string::npos);
-  ASSERT_NO_FATAL_FAILURE(device.run(FLAMIA_QUANTIZE_AUTO, &automatic));
-  EXPECT_NE(device.description().find("separate quantize pass"), std::string::npos)
-      << device.description();
+  const ForwardCase& c = GetParam();
+  const ref::Problem problem = make_case_problem(c);
+  const ref::Inputs inputs = make_case_inputs(c, problem);
+  ApiProblem device(problem, inputs);
+  std::string description;
+  const ForwardBits separate = run(device, FLAMIA_QUANTIZE_SEPARATE, &description);
+  const ForwardBits fused = run(device, FLAMIA_QUANTIZE_FUSED, &description);
+  EXPECT_NE(description.find("quantization fused"), std::string::npos) << description;
+  const ForwardBits automatic = run(device, FLAMIA_QUANTIZE_AUTO, &description);
+  EXPECT_NE(description.find("separate quantize pass"), std::string::npos) << description;
 
   EXPECT_EQ(first_difference(fused.o, separate.o), fused.o.size()) << "O differs";
   EXPECT_EQ(first_difference(fused.lse, separate.lse), fused.lse.size()) << "LSE differs";
@@ -167,14 +70,15 @@ TEST_P(FusedQuantizeTest, BitwiseEqualToSeparatePass) {
 TEST(FusedQuantize, HeadDim64IsUnsupported) {
   FLAMIA_REQUIRE_SM90();
   const ref::Problem problem = ref::make_problem({17, 5}, 2, 2, 64, true, ScaleMode::kExact);
-  FusedForward device(problem, ref::make_inputs(problem));
-  EXPECT_EQ(device.status(FLAMIA_QUANTIZE_FUSED), FLAMIA_ERROR_UNSUPPORTED);
+  const ref::Inputs inputs = ref::make_inputs(problem);
+  ApiProblem device(problem, inputs);
+  EXPECT_EQ(device.forward_status(FLAMIA_QUANTIZE_FUSED), FLAMIA_ERROR_UNSUPPORTED);
   EXPECT_NE(std::string(flamia_last_error_message()).find("head_dim 64"), std::string::npos);
-  EXPECT_EQ(device.status(FLAMIA_QUANTIZE_AUTO), FLAMIA_OK);
+  EXPECT_EQ(device.forward_status(FLAMIA_QUANTIZE_AUTO), FLAMIA_OK);
 }
 
-std::vector<FusedCase> fused_cases() {
-  std::vector<FusedCase> cases;
+std::vector<ForwardCase> fused_cases() {
+  std::vector<ForwardCase> cases;
   // Packed short documents (1 to 64 tokens, several to a work item), an empty one, and single
   // documents of 65 to 128 tokens (one query tile each).
   const std::vector<int> short_docs = {5, 64, 1, 33, 0, 17, 63, 2, 113, 9, 40, 64, 64, 1, 128, 7};

@@ -8,44 +8,17 @@
 
 #include <cmath>
 #include <cstring>
-#include <ostream>
-#include <cstdlib>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "api_problem_runner.h"
+#include "forward_cases.h"
 #include "flamia/flamia.h"
 #include "gpu_test_utils.h"
 #include "reference/attention_ref.h"
 
 namespace flamia::test {
 namespace {
-
-constexpr const char* kOverlapVariable = "FLAMIA_FORWARD_OVERLAP";
-
-struct OverlapCase {
-  std::string name;
-  std::vector<int> docs;
-  int heads_q;
-  int heads_kv;
-  int head_dim;
-  bool causal;
-  ScaleMode mode;
-  KeySmoothing smoothing;
-};
-void PrintTo(const OverlapCase& c, std::ostream* os) {
-  *os << c.name;
-}
-
-// Sets FLAMIA_FORWARD_OVERLAP for the scope, then removes it.
-class OverlapSetting {
- public:
-  explicit OverlapSetting(const std::string& value) {
-    setenv(kOverlapVariable, value.c_str(), /*overwrite=*/1);
-  }
-  ~OverlapSetting() { unsetenv(kOverlapVariable); }
-};
 
 struct ForwardOutcome {
   ForwardBits bits;
@@ -61,40 +34,13 @@ ForwardOutcome run_forward(ApiProblem& device, const std::string& overlap, bool 
   return outcome;
 }
 
-template <typename T>
-size_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
-  if (a.size() != b.size()) return 0;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (std::memcmp(&a[i], &b[i], sizeof(T)) != 0) return i;
-  return a.size();
-}
-
-ref::Problem make_case_problem(const OverlapCase& c) {
-  ref::Problem p = ref::make_problem(c.docs, c.heads_q, c.heads_kv, c.head_dim, c.causal, c.mode);
-  p.key_smoothing = c.smoothing;
-  std::mt19937 rng(std::hash<std::string>{}(c.name));
-  if (c.smoothing == KeySmoothing::kVector) {
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    p.smoothing_vector.resize(size_t(c.heads_kv) * c.head_dim);
-    for (float& x : p.smoothing_vector) x = normal(rng);
-  }
-  // Static exponents that differ between heads, so that a chunk reading another head's shows.
-  for (size_t h = 0; h < p.static_key_exponents.size(); ++h) {
-    p.static_key_exponents[h] = int8_t(ref::kDefaultStaticExponent + int(h % 3) - 1);
-    p.static_value_exponents[h] = int8_t(ref::kDefaultStaticExponent + int(h % 2));
-  }
-  return p;
-}
-
-class ForwardOverlapTest : public ::testing::TestWithParam<OverlapCase> {};
+class ForwardOverlapTest : public ::testing::TestWithParam<ForwardCase> {};
 
 TEST_P(ForwardOverlapTest, EveryChunkingGivesThePlainForwardsBits) {
   FLAMIA_REQUIRE_SM90();
-  const OverlapCase& c = GetParam();
+  const ForwardCase& c = GetParam();
   const ref::Problem problem = make_case_problem(c);
-  ref::InputOptions options;
-  options.seed = std::hash<std::string>{}(c.name);
-  const ref::Inputs inputs = ref::make_inputs(problem, options);
+  const ref::Inputs inputs = make_case_inputs(c, problem);
   ApiProblem device(problem, inputs);
 
   for (bool keep : {false, true}) {
@@ -127,21 +73,21 @@ TEST_P(ForwardOverlapTest, EveryChunkingGivesThePlainForwardsBits) {
   }
 }
 
-std::vector<OverlapCase> overlap_cases() {
+std::vector<ForwardCase> overlap_cases() {
   const std::vector<int> long_docs = {300, 17, 1, 2049, 0, 700};
   const std::vector<int> awkward = {130, 7, 0, 700, 64, 1, 113};
   const std::vector<int> short_docs = {5, 64, 1, 33, 0, 17, 63, 2, 113, 9, 40, 64, 64, 1, 128, 7};
   using M = ScaleMode;
   using S = KeySmoothing;
   return {
-      {"d128_exact_gqa4", long_docs, 16, 4, 128, true, M::kExact, S::kNone},
-      {"d64_static_gqa2", awkward, 8, 4, 64, true, M::kStatic, S::kNone},
-      {"d128_static_mha", long_docs, 8, 8, 128, true, M::kStatic, S::kNone},
-      {"d128_block32_full", short_docs, 4, 4, 128, false, M::kBlock32, S::kNone},
-      {"d128_exact_first_key", awkward, 8, 8, 128, true, M::kExact, S::kFirstKey},
-      {"d64_exact_vector_gqa2", long_docs, 6, 3, 64, true, M::kExact, S::kVector},
-      {"d128_static_tiny16", std::vector<int>(256, 16), 4, 4, 128, true, M::kStatic, S::kNone},
-      {"d64_block32_first_key_mqa", awkward, 4, 1, 64, true, M::kBlock32, S::kFirstKey},
+      {"d128_exact_gqa4", long_docs, {}, 16, 4, 128, true, M::kExact, S::kNone},
+      {"d64_static_gqa2", awkward, {}, 8, 4, 64, true, M::kStatic, S::kNone},
+      {"d128_static_mha", long_docs, {}, 8, 8, 128, true, M::kStatic, S::kNone},
+      {"d128_block32_full", short_docs, {}, 4, 4, 128, false, M::kBlock32, S::kNone},
+      {"d128_exact_first_key", awkward, {}, 8, 8, 128, true, M::kExact, S::kFirstKey},
+      {"d64_exact_vector_gqa2", long_docs, {}, 6, 3, 64, true, M::kExact, S::kVector},
+      {"d128_static_tiny16", std::vector<int>(256, 16), {}, 4, 4, 128, true, M::kStatic, S::kNone},
+      {"d64_block32_first_key_mqa", awkward, {}, 4, 1, 64, true, M::kBlock32, S::kFirstKey},
   };
 }
 
