@@ -72,8 +72,10 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     rounding: up to ln(1 + 1/8) on rows that see a single key, far less on rows that see many.
     """
     history = _static_history(static_exponents) if scale_mode == "static" else None
+    # activation checkpointing's recomputed forward runs inside the backward's graph task
+    recomputing = history is not None and torch._C._current_graph_task_id() != -1
     if history is not None:
-        static_exponents = history._forward_exponents(k, v)
+        static_exponents = history._forward_exponents(k, v, recomputing)
     causal, sliding_window = _checks.check_flash_attention_neutral(
         dropout_p=dropout_p, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
         return_attn_probs=return_attn_probs, block_table=block_table, causal=causal)
@@ -102,7 +104,7 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
                                                  smoothing_vector, spec.precision,
                                                  spec.deterministic, sliding_window,
                                                  spec.static_exponents, history is not None)
-    if history is not None:
+    if history is not None and not recomputing:
         history._record_forward(amax, spec.static_exponents)
     return (out, lse) if return_lse else out
 

@@ -23,26 +23,33 @@ class StaticScaleHistory:
     a (2, heads_kv) bool tensor, says which of the last call's K and V heads did (from the amax
     the call computes anyway), and with count_saturated=True `saturated` holds how many
     elements (one more pass over K and V). Both are device tensors (reading them synchronises).
-    A recomputed forward (activation checkpointing) should pass record=False, so that a step
-    records once. Everything stays on the tensors' device; no host synchronisation. The amax
+    A recomputed forward (activation checkpointing) should pass record=False: it gets the
+    exponents the last recording call got (the forward it recomputes) and records nothing. Everything stays on the tensors' device; no host synchronisation. The amax
     (and the count) read K and V once more outside flamia's kernels.
 
     Or pass the object itself, attn_varlen_func(..., scale_mode="static", static_exponents=
     scales): the call takes the same exponents and records the amax its own quantize pass
     measures (flamia_forward_args.kv_amax: of the keys as quantized, k - m under key smoothing),
     so K and V are read once more only at the first call (which has nothing recorded) and for
-    count_saturated. Each such call records (a recomputed forward records again)."""
+    count_saturated. A call made during a backward pass (activation checkpointing's recomputed
+    forward) takes the last call's exponents and records nothing. Under key smoothing the first
+    call's bound (and count_saturated's count) is of |k|, the recorded ones of |k - m|. A failed
+    call (its amax NaN, flamia_check_device_status reports it) records 0."""
 
     def __init__(self, margin: int = 1, history: int = 16, count_saturated: bool = False):
         self.margin = _check_count("margin", margin, 0)
         self.history = _check_count("history", history, 1)
         self.count_saturated = count_saturated
         self._amax: list[Tensor] = []  # (2, heads_kv) of the recorded calls, oldest first
+        self._last_exponents: Tensor | None = None  # of the last recording call
         self.saturated_heads: Tensor | None = None
         self.saturated: Tensor | None = None  # with count_saturated
 
-    def _forward_exponents(self, k: Tensor, v: Tensor) -> Tensor:
-        """The exponents of a forward that will record its own amax (_record_forward)."""
+    def _forward_exponents(self, k: Tensor, v: Tensor, recomputing: bool = False) -> Tensor:
+        """The exponents of a forward that will record its own amax (_record_forward); a
+        recomputed forward's are those of the forward it recomputes."""
+        if recomputing and self._last_exponents is not None:
+            return self._last_exponents
         for name, t in (("k", k), ("v", v)):
             if not isinstance(t, Tensor) or t.dim() != 3:
                 raise ValueError(f"{name} must be a (tokens, heads_kv, head_dim) tensor")
@@ -57,9 +64,11 @@ class StaticScaleHistory:
 
     def _record_forward(self, amax: Tensor, e: Tensor) -> None:
         """Records a forward's kv_amax (FP32 (2, heads_kv)) taken under the exponents `e`."""
+        amax = torch.nan_to_num(amax, nan=0.0)  # a failed call's (poisoned) amax bounds nothing
         self.saturated_heads = amax > self._limit(e)
         self._amax.append(amax)
         del self._amax[:-self.history]
+        self._last_exponents = e
 
     @staticmethod
     def _limit(e: Tensor) -> Tensor:
@@ -79,6 +88,11 @@ class StaticScaleHistory:
         if self._amax and self._amax[0].shape != current.shape:
             raise ValueError(f"k and v have {current.shape[1]} KV heads; the recorded calls had "
                              f"{self._amax[0].shape[1]}")
+        if not record and self._last_exponents is not None:  # a recomputed forward
+            self.saturated_heads = current > self._limit(self._last_exponents)
+            if self.count_saturated:
+                self._count(k, v, self._last_exponents)
+            return self._last_exponents
         bound = torch.stack(self._amax).amax(dim=0) if self._amax else current
         e = static_exponents(bound[0], bound[1], margin=self.margin)
         self.saturated_heads = current > self._limit(e)
@@ -87,4 +101,5 @@ class StaticScaleHistory:
         if record:
             self._amax.append(current)
             del self._amax[:-self.history]
+            self._last_exponents = e
         return e

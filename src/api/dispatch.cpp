@@ -190,31 +190,41 @@ flamia_status quantize_forward_inputs(const flamia_forward_args& a, const Worksp
 
 // The quantize pass and the attention per chunk of KV heads, overlapped (overlap.h): chunk c's
 // quantization on the quantize stream, its attention on an attention stream once that is done,
-// capped to plan.attention_ctas CTAs while later chunks are still to be quantized.
+// capped to plan.attention_ctas CTAs while later chunks are still to be quantized. `*ran` is
+// false when the internal streams are taken by another CUDA graph capture (nothing launched).
 flamia_status run_overlapped_forward(const flamia_forward_args& a, const WorkspaceLayout& ws,
                                      ForwardKernelArgs kernel, const OverlapPlan& plan,
-                                     cudaStream_t stream, const char* where) {
+                                     cudaStream_t stream, const char* where, bool* ran) {
   const int chunk_heads = kernel.shape.heads_kv / plan.chunks;
   kernel.heads = HeadRange{0, chunk_heads};
-  cudaError_t error = launch_forward_plan(kernel, stream);  // every chunk's plan (same heads)
+  // Every chunk's plan (the same heads), on the caller's stream before the fork (were the
+  // streams taken, the plain path plans again, for all heads).
+  cudaError_t error = launch_forward_plan(kernel, stream);
   if (error != cudaSuccess) return fail_cuda(where, "launch_forward_plan", error);
   kernel.plan_ready = true;
   ForkedStreams streams;
-  error = streams.fork(stream, plan.attention_streams);
+  error = streams.fork(stream, plan.attention_streams, ran);
   if (error != cudaSuccess) return fail_cuda(where, "forking the overlap streams", error);
-  for (int c = 0; c < plan.chunks; ++c) {
+  if (!*ran) return FLAMIA_OK;
+  flamia_status status = FLAMIA_OK;
+  for (int c = 0; c < plan.chunks && status == FLAMIA_OK; ++c) {
     kernel.heads.kv_begin = c * chunk_heads;
-    const flamia_status status =
-        quantize_forward_inputs(a, ws, kernel.heads, streams.quantize(), where);
-    if (status != FLAMIA_OK) return status;
+    status = quantize_forward_inputs(a, ws, kernel.heads, streams.quantize(), where);
+    if (status != FLAMIA_OK) break;
     error = streams.hand_over(c);
-    if (error != cudaSuccess) return fail_cuda(where, "handing a chunk to attention", error);
+    if (error != cudaSuccess) {
+      status = fail_cuda(where, "handing a chunk to attention", error);
+      break;
+    }
     kernel.max_ctas = c + 1 < plan.chunks ? plan.attention_ctas : 0;
     error = launch_forward(kernel, streams.attention(c));
-    if (error != cudaSuccess) return fail_cuda(where, "launch_forward (chunk)", error);
+    if (error != cudaSuccess) status = fail_cuda(where, "launch_forward (chunk)", error);
   }
+  // Always: the caller's stream then waits for whatever was launched.
   error = streams.join(stream);
-  return error == cudaSuccess ? FLAMIA_OK : fail_cuda(where, "joining the overlap streams", error);
+  if (status == FLAMIA_OK && error != cudaSuccess)
+    status = fail_cuda(where, "joining the overlap streams", error);
+  return status;
 }
 
 // The forward with keys and queries: quantize, then the attention kernel (overlapped per chunk
@@ -246,7 +256,12 @@ flamia_status run_forward_kernels(const flamia_forward_args& a, const WorkspaceL
     kernel.fused.scale_mode = to_scale_mode(p.scale_mode);
   } else {
     const OverlapPlan plan = forward_overlap_plan(a);
-    if (plan.overlapped()) return run_overlapped_forward(a, ws, kernel, plan, stream, where);
+    if (plan.overlapped()) {
+      bool ran = false;
+      const flamia_status overlapped =
+          run_overlapped_forward(a, ws, kernel, plan, stream, where, &ran);
+      if (overlapped != FLAMIA_OK || ran) return overlapped;
+    }
     const flamia_status status = quantize_forward_inputs(a, ws, HeadRange{}, stream, where);
     if (status != FLAMIA_OK) return status;
   }

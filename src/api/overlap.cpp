@@ -36,11 +36,12 @@ int largest_divisor_at_most(int n, int limit) {
 // longest document's square plus the rest spread evenly.
 double estimated_flops(const PackedShape& s) {
   const double total = s.total_k, longest = s.max_seqlen_k, batch = std::max(s.batch, 1);
-  double squares = total * total / batch;
+  double squares = total * total / batch;  // (a window lowers it further: below)
   if (s.batch > 1)
     squares =
         std::max(squares, longest * longest + (total - longest) * (total - longest) / (batch - 1));
-  const double scores = squares * s.total_q / std::max(total, 1.0) / (s.causal ? 2.0 : 1.0);
+  double scores = squares * s.total_q / std::max(total, 1.0) / (s.causal ? 2.0 : 1.0);
+  if (s.sliding_window > 0) scores = std::min(scores, double(s.total_q) * s.sliding_window);
   constexpr double kFlopsPerScore = 4.0;  // Q.Kᵀ and P.V, a multiply-add each
   return kFlopsPerScore * s.heads_q * s.head_dim * scores;
 }
@@ -58,7 +59,7 @@ struct DeviceStreams {
   cudaEvent_t fork_event = nullptr;
   cudaEvent_t chunk_events[kMaxOverlapChunks] = {};
   cudaEvent_t started_events[kMaxOverlapChunks] = {};
-  cudaEvent_t join_events[kAttentionStreams] = {};
+  cudaEvent_t join_events[kAttentionStreams + 1] = {};
   bool ready = false;
 };
 
@@ -152,7 +153,19 @@ OverlapPlan plan_forward_overlap(const PackedShape& shape, int multiprocessors,
   return plan;
 }
 
-cudaError_t ForkedStreams::fork(cudaStream_t origin, int attention_streams) {
+// Whether `stream` may join `origin`'s work: it is in no capture, or in origin's.
+bool joinable(cudaStream_t stream, cudaStreamCaptureStatus origin_status,
+              unsigned long long origin_id) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  unsigned long long id = 0;
+  if (cudaStreamGetCaptureInfo(stream, &status, &id) != cudaSuccess) return false;
+  if (status == cudaStreamCaptureStatusNone) return true;
+  return status == cudaStreamCaptureStatusActive &&
+         origin_status == cudaStreamCaptureStatusActive && id == origin_id;
+}
+
+cudaError_t ForkedStreams::fork(cudaStream_t origin, int attention_streams, bool* available) {
+  *available = false;
   streams_ = std::clamp(attention_streams, 1, kAttentionStreams);
   int device = 0;
   cudaError_t err = cudaGetDevice(&device);
@@ -167,6 +180,18 @@ cudaError_t ForkedStreams::fork(cudaStream_t origin, int attention_streams) {
   std::copy(std::begin(d->chunk_events), std::end(d->chunk_events), chunk_events_);
   std::copy(std::begin(d->started_events), std::end(d->started_events), started_events_);
   std::copy(std::begin(d->join_events), std::end(d->join_events), join_events_);
+  cudaStreamCaptureStatus origin_status = cudaStreamCaptureStatusNone;
+  unsigned long long origin_id = 0;
+  err = cudaStreamGetCaptureInfo(origin, &origin_status, &origin_id);
+  if (err != cudaSuccess) return err;
+  bool free = joinable(quantize_, origin_status, origin_id);
+  for (int s = 0; s < streams_; ++s)
+    free = free && joinable(attention_[s], origin_status, origin_id);
+  if (!free) {
+    lock_ = std::unique_lock<std::mutex>();  // another capture holds them: the plain path
+    return cudaSuccess;
+  }
+  *available = true;
   err = cudaEventRecord(fork_event_, origin);
   if (err == cudaSuccess) err = cudaStreamWaitEvent(quantize_, fork_event_, 0);
   for (int s = 0; s < streams_ && err == cudaSuccess; ++s)
@@ -184,12 +209,14 @@ cudaError_t ForkedStreams::hand_over(int chunk) {
 }
 
 cudaError_t ForkedStreams::join(cudaStream_t origin) {
-  cudaError_t err = cudaSuccess;
-  for (int s = 0; s < streams_ && err == cudaSuccess; ++s) {
-    err = cudaEventRecord(join_events_[s], attention_[s]);
+  cudaError_t first = cudaSuccess;
+  for (int s = 0; s <= streams_; ++s) {  // every attention stream, then the quantize stream
+    cudaStream_t stream = s < streams_ ? attention_[s] : quantize_;
+    cudaError_t err = cudaEventRecord(join_events_[s], stream);
     if (err == cudaSuccess) err = cudaStreamWaitEvent(origin, join_events_[s], 0);
+    if (first == cudaSuccess) first = err;
   }
-  return err;
+  return first;
 }
 
 }  // namespace flamia::api

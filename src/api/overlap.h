@@ -48,8 +48,10 @@ bool parse_overlap_override(const char* spec, int* chunks, int* sms, bool* off,
 class ForkedStreams {
  public:
   // Locks the device's streams (created on first use) until destruction; chunks' attention
-  // alternates between `attention_streams` of them.
-  cudaError_t fork(cudaStream_t origin, int attention_streams);
+  // alternates between `attention_streams` of them. *available is false (nothing forked, the
+  // caller runs the plain path) while the streams belong to a CUDA graph capture other than
+  // `origin`'s: a capture holds the streams it took in until it ends, after the call returns.
+  cudaError_t fork(cudaStream_t origin, int attention_streams, bool* available);
   cudaStream_t quantize() const { return quantize_; }
   cudaStream_t attention(int chunk) const { return attention_[chunk % streams_]; }
   // Chunk `chunk`'s attention stream waits for the quantize stream's work so far, and the
@@ -57,6 +59,7 @@ class ForkedStreams {
   // next chunk's quantize CTAs are then queued after the attention's (which also have the
   // higher priority), so they take the SMs the attention leaves, not the attention's.
   cudaError_t hand_over(int chunk);
+  // `origin` waits for every internal stream's work (also after a failed launch).
   cudaError_t join(cudaStream_t origin);
 
  private:
@@ -67,7 +70,7 @@ class ForkedStreams {
   cudaEvent_t fork_event_ = nullptr;
   cudaEvent_t chunk_events_[kMaxOverlapChunks] = {};
   cudaEvent_t started_events_[kMaxOverlapChunks] = {};
-  cudaEvent_t join_events_[kAttentionStreams] = {};
+  cudaEvent_t join_events_[kAttentionStreams + 1] = {};  // the attention streams', the quantize's
 };
 
 }  // namespace flamia::api

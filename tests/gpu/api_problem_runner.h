@@ -67,9 +67,10 @@ class ApiProblem {
   }
 
   // The forward once (its O and stats feed every backward run); with `save`, it keeps its
-  // quantized operands in saved() (poisoned first). It also writes the K/V amax (kv_amax();
-  // not with FUSED, which has none). `quantize`: flamia_forward_args.quantize.
-  void forward(bool save = false, flamia_forward_quantize quantize = FLAMIA_QUANTIZE_AUTO) {
+  // quantized operands in saved() (poisoned first). With `amax` it also writes the K/V amax
+  // (kv_amax(); not with FUSED, which has none). `quantize`: flamia_forward_args.quantize.
+  void forward(bool save = false, flamia_forward_quantize quantize = FLAMIA_QUANTIZE_AUTO,
+               bool amax = true) {
     flamia_forward_args a = shared_args<flamia_forward_args>();
     a.quantize = quantize;
     if (save) {
@@ -91,7 +92,7 @@ class ApiProblem {
     lse_.poison();
     stats_.poison();
     kv_amax_.poison();
-    if (quantize != FLAMIA_QUANTIZE_FUSED) a.kv_amax = kv_amax_.get();
+    if (amax && quantize != FLAMIA_QUANTIZE_FUSED) a.kv_amax = kv_amax_.get();
     ASSERT_EQ(flamia_forward(&a), FLAMIA_OK) << flamia_last_error_message();
     ASSERT_EQ(flamia_check_device_status(a.workspace, nullptr), FLAMIA_OK);
     description_ = flamia_describe_forward(&a);

@@ -26,6 +26,7 @@ struct ForwardCase {
   bool causal;
   ScaleMode mode;
   KeySmoothing smoothing = KeySmoothing::kNone;
+  int window = 0;  // a causal sliding window (flamia_problem.sliding_window), 0: none
 };
 inline void PrintTo(const ForwardCase& c, std::ostream* os) {
   *os << c.name;
@@ -38,6 +39,7 @@ inline ref::Problem make_case_problem(const ForwardCase& c) {
     for (int n : c.keys) p.cu_seqlens_k.push_back(p.cu_seqlens_k.back() + n);
   }
   p.key_smoothing = c.smoothing;
+  p.sliding_window = c.window;
   if (c.smoothing == KeySmoothing::kVector) {
     std::mt19937 rng(std::hash<std::string>{}(c.name));
     std::normal_distribution<float> normal(0.0f, 2.0f);

@@ -25,10 +25,12 @@ struct ForwardOutcome {
   std::vector<uint8_t> saved;  // the saved-operands buffer (empty when not kept)
 };
 
-ForwardOutcome run_forward(ApiProblem& device, const std::string& overlap, bool keep_operands) {
+// `amax`: with flamia_forward_args.kv_amax (an extra output of the K and V copies) or without.
+ForwardOutcome run_forward(ApiProblem& device, const std::string& overlap, bool keep_operands,
+                           bool amax) {
   const OverlapSetting setting(overlap);
   ForwardOutcome outcome;
-  device.forward(keep_operands);
+  device.forward(keep_operands, FLAMIA_QUANTIZE_AUTO, amax);
   outcome.bits = device.forward_bits();
   if (keep_operands) outcome.saved = device.saved().download();
   return outcome;
@@ -44,7 +46,7 @@ TEST_P(ForwardOverlapTest, EveryChunkingGivesThePlainForwardsBits) {
   ApiProblem device(problem, inputs);
 
   for (bool keep : {false, true}) {
-    const ForwardOutcome plain = run_forward(device, "off", keep);
+    const ForwardOutcome plain = run_forward(device, "off", keep, /*amax=*/true);
     // The plain forward against the contract (its own suites hold the detailed criteria).
     const ref::ForwardResult expected = ref::forward(problem, inputs);
     std::vector<float> o;
@@ -56,10 +58,12 @@ TEST_P(ForwardOverlapTest, EveryChunkingGivesThePlainForwardsBits) {
     EXPECT_LE(err, 1e-2);
 
     // "auto" included: whatever the default plan is, it must not change a bit.
+    bool amax = false;  // every other setting without the amax output
     for (const char* overlap : {"2:8", "4:16:1", "8:1", "3:60", "auto"}) {
+      amax = !amax;
       SCOPED_TRACE(std::string("FLAMIA_FORWARD_OVERLAP=") + overlap +
                    (keep ? ", keeping operands" : ""));
-      const ForwardOutcome chunked = run_forward(device, overlap, keep);
+      const ForwardOutcome chunked = run_forward(device, overlap, keep, amax);
       EXPECT_EQ(first_difference(chunked.bits.o, plain.bits.o), plain.bits.o.size()) << "O differs";
       EXPECT_EQ(first_difference(chunked.bits.lse, plain.bits.lse), plain.bits.lse.size())
           << "LSE differs";
@@ -87,7 +91,9 @@ std::vector<ForwardCase> overlap_cases() {
       {"d128_exact_first_key", awkward, {}, 8, 8, 128, true, M::kExact, S::kFirstKey},
       {"d64_exact_vector_gqa2", long_docs, {}, 6, 3, 64, true, M::kExact, S::kVector},
       {"d128_static_tiny16", std::vector<int>(256, 16), {}, 4, 4, 128, true, M::kStatic, S::kNone},
-      {"d64_block32_first_key_mqa", awkward, {}, 4, 1, 64, true, M::kBlock32, S::kFirstKey},
+      // GQA with first-key smoothing: the LSE shift reads each chunk's keys (kv = q / group)
+      {"d64_block32_first_key_gqa4", awkward, {}, 8, 2, 64, true, M::kBlock32, S::kFirstKey},
+      {"d128_exact_window_gqa2", long_docs, {}, 8, 4, 128, true, M::kExact, S::kNone, 100},
   };
 }
 

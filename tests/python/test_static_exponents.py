@@ -72,8 +72,14 @@ def test_history_through_the_forward_records_the_forwards_amax():
     assert e.tolist() == [[-6, -6], [0, 0]] and int(scales.saturated) == 0
     scales._record_forward(torch.tensor([[900.0, 1.0], [2.0, 2.0]]), e)
     assert scales.saturated_heads.tolist() == [[True, False], [False, False]]
+    # a recomputed forward (activation checkpointing) gets the last call's exponents
+    assert scales._forward_exponents(*_kv(1.0, 1.0), recomputing=True).tolist() == [[-6, -6],
+                                                                                      [0, 0]]
     e = scales._forward_exponents(*_kv(1.0, 1.0))  # the recorded amax, not this call's
     assert e.tolist() == [[2, -8], [-7, -7]]
+    scales._record_forward(torch.tensor([[float("nan"), 1.0], [2.0, 2.0]]), e)  # a failed call
+    assert torch.isfinite(scales._amax[-1]).all()
+    assert scales._forward_exponents(*_kv(1.0, 1.0)).tolist() == [[2, -8], [-7, -7]]
     with pytest.raises(ValueError, match="KV heads"):
         scales._forward_exponents(*_kv(1.0, 1.0, heads=3))
 
@@ -81,10 +87,12 @@ def test_history_through_the_forward_records_the_forwards_amax():
 def test_history_margin_and_unrecorded_calls():
     scales = flamia.StaticScaleHistory(margin=2, history=4)
     scales.exponents(*_kv(1.0, 1.0))
-    # a recomputed forward (record=False) sees the same history and adds nothing to it
+    scales.exponents(*_kv(2.0, 2.0))  # recorded: the history's bound is 2 from now on
+    # a recomputed forward (record=False) gets the last recording call's exponents (those of
+    # the forward it recomputes, from call 1's amax) and adds nothing to the history
     assert scales.exponents(*_kv(1000.0, 1000.0), record=False).tolist() == [[-6, -6], [-6, -6]]
     assert scales.saturated_heads.all() and scales.saturated is None  # not counted by default
-    assert scales.exponents(*_kv(1.0, 1.0)).tolist() == [[-6, -6], [-6, -6]]
+    assert scales.exponents(*_kv(1.0, 1.0)).tolist() == [[-5, -5], [-5, -5]]  # calls 1, 2
 
 
 @pytest.mark.parametrize("make, error", [
