@@ -81,7 +81,8 @@ cudaError_t create(DeviceStreams& d) {
   for (cudaEvent_t& e : d.join_events)
     if (err == cudaSuccess) err = cudaEventCreateWithFlags(&e, flags);
   d.ready = err == cudaSuccess;
-  return err;  // (a partial creation is retried from scratch: the handles are process-lifetime)
+  return err;  // (a partial creation is retried at the next call; the handles live as long as the
+               // process)
 }
 
 DeviceStreams* streams_of(int device) {
@@ -173,7 +174,12 @@ cudaError_t ForkedStreams::fork(cudaStream_t origin, int attention_streams, bool
   DeviceStreams* d = streams_of(device);
   if (d == nullptr) return cudaErrorInvalidDevice;
   lock_ = std::unique_lock<std::mutex>(d->mutex);
-  if (!d->ready && (err = create(*d)) != cudaSuccess) return err;
+  if (!d->ready && create(*d) != cudaSuccess) {
+    // (e.g. a first call inside a graph capture that forbids creating them): the plain path
+    cudaGetLastError();
+    lock_ = std::unique_lock<std::mutex>();
+    return cudaSuccess;
+  }
   quantize_ = d->quantize;
   std::copy(std::begin(d->attention), std::end(d->attention), attention_);
   fork_event_ = d->fork_event;

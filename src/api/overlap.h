@@ -49,8 +49,9 @@ class ForkedStreams {
  public:
   // Locks the device's streams (created on first use) until destruction; chunks' attention
   // alternates between `attention_streams` of them. *available is false (nothing forked, the
-  // caller runs the plain path) while the streams belong to a CUDA graph capture other than
-  // `origin`'s: a capture holds the streams it took in until it ends, after the call returns.
+  // caller runs the plain path, the same bits) while the streams belong to a CUDA graph capture
+  // other than `origin`'s (a capture holds the streams it took in until it ends, after the call
+  // returns), or when they cannot be created.
   cudaError_t fork(cudaStream_t origin, int attention_streams, bool* available);
   cudaStream_t quantize() const { return quantize_; }
   cudaStream_t attention(int chunk) const { return attention_[chunk % streams_]; }
