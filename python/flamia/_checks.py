@@ -206,6 +206,8 @@ def _check_static_exponents(scale_mode: str, static_exponents, k) -> Optional[to
             raise ValueError(f"static_exponents is set but scale_mode={scale_mode!r}; they are "
                              "used only with scale_mode='static'")
         return None
+    if hasattr(static_exponents, "_forward_exponents"):  # a StaticScaleHistory: the call's own
+        return None
     if not isinstance(static_exponents, torch.Tensor):
         raise TypeError("scale_mode='static' needs static_exponents, an int8 tensor of shape "
                         f"(2, heads_kv) (K's and V's exponents) or a StaticScaleHistory, got "

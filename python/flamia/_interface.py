@@ -71,11 +71,6 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     (e.g. across context-parallel blocks); against exact softmax attention it carries P̂'s
     rounding: up to ln(1 + 1/8) on rows that see a single key, far less on rows that see many.
     """
-    history = _static_history(static_exponents) if scale_mode == "static" else None
-    # activation checkpointing's recomputed forward runs inside the backward's graph task
-    recomputing = history is not None and torch._C._current_graph_task_id() != -1
-    if history is not None:
-        static_exponents = history._forward_exponents(k, v, recomputing)
     causal, sliding_window = _checks.check_flash_attention_neutral(
         dropout_p=dropout_p, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
         return_attn_probs=return_attn_probs, block_table=block_table, causal=causal)
@@ -90,30 +85,37 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     smoothing_vector = spec.key_smoothing_vector
     if smoothing_vector is not None:
         smoothing_vector = _rotation.rotate_key_vector(smoothing_vector, rotation)
+    exponents = spec.static_exponents
+    history = _static_history(static_exponents) if spec.scale_mode == "static" else None
+    # activation checkpointing's recomputed forward runs inside the backward's graph task
+    recomputing = history is not None and torch._C._current_graph_task_id() != -1
+    if history is not None:  # the keys as the kernels quantize them: rotated, minus m
+        exponents = history._forward_exponents(
+            lambda: _static_scaling.keys_as_quantized(k, cu_seqlens_k, spec.key_smoothing,
+                                                      smoothing_vector), v, recomputing)
     if _ops.forward_keeps_operands(spec.precision, q, k, v):
         # Training: the forward keeps its quantized Q, K, V and the backward reads them (no
         # q, k, v saved, no second quantization of them).
         out, lse, _, _, amax = torch.ops.flamia.fwd_saving(
             q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, spec.softmax_scale,
             spec.causal, spec.scale_mode, spec.key_smoothing, smoothing_vector,
-            spec.deterministic, sliding_window, spec.static_exponents, history is not None)
+            spec.deterministic, sliding_window, exponents, history is not None)
     else:
         out, lse, _, amax = torch.ops.flamia.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k,
                                                  max_seqlen_q, max_seqlen_k, spec.softmax_scale,
                                                  spec.causal, spec.scale_mode, spec.key_smoothing,
                                                  smoothing_vector, spec.precision,
                                                  spec.deterministic, sliding_window,
-                                                 spec.static_exponents, history is not None)
+                                                 exponents, history is not None)
     if history is not None and not recomputing:
-        history._record_forward(amax, spec.static_exponents)
+        history._record_forward(amax, exponents)
     return (out, lse) if return_lse else out
 
 
 def _static_history(static_exponents):
-    """static_exponents when it is a StaticScaleHistory (imported here: it imports this module)."""
-    from ._static_scaling import StaticScaleHistory
-
-    return static_exponents if isinstance(static_exponents, StaticScaleHistory) else None
+    """static_exponents when it is a StaticScaleHistory."""
+    return static_exponents if isinstance(static_exponents, _static_scaling.StaticScaleHistory) \
+        else None
 
 
 def _uniform_cu_seqlens(batch: int, seqlen: int, device: torch.device) -> Tensor:
@@ -226,3 +228,5 @@ def static_exponents(k: Tensor, v: Tensor, margin: int = 0) -> Tensor:
     e = torch.where(amax > 0, e, float(STATIC_EXPONENT_RANGE[0]))  # an all-zero head: any e fits
     return e.clamp(*STATIC_EXPONENT_RANGE).to(torch.int8)
 
+
+from . import _static_scaling  # noqa: E402  (it imports this module's helpers)

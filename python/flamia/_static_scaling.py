@@ -8,6 +8,21 @@ from ._checks import _check_count
 from ._interface import E4M3_MAX, key_value_amax, static_exponents
 
 
+def keys_as_quantized(k: Tensor, cu_seqlens_k: Tensor, key_smoothing: str,
+                      vector: Tensor | None) -> Tensor:
+    """k - m, what the kernels quantize into K̂ (numerics §3): m is each document's first key
+    ("first_key"), the (heads_kv, head_dim) vector ("vector"), or 0 ("none": k itself). One
+    pass over k; no host synchronisation."""
+    if key_smoothing == "none":
+        return k
+    keys = k.detach().float()
+    if key_smoothing == "vector":
+        return keys - vector.float()[None]
+    lengths = (cu_seqlens_k[1:] - cu_seqlens_k[:-1]).long()
+    first = torch.repeat_interleave(cu_seqlens_k[:-1].long(), lengths, output_size=k.shape[0])
+    return keys - keys[first]
+
+
 class StaticScaleHistory:
     """Delayed scaling for scale_mode "static", one object per attention layer:
 
@@ -31,10 +46,12 @@ class StaticScaleHistory:
     scales): the call takes the same exponents and records the amax its own quantize pass
     measures (flamia_forward_args.kv_amax: of the keys as quantized, k - m under key smoothing),
     so K and V are read once more only at the first call (which has nothing recorded) and for
-    count_saturated. A call made during a backward pass (activation checkpointing's recomputed
-    forward) takes the last call's exponents and records nothing. Under key smoothing the first
-    call's bound (and count_saturated's count) is of |k|, the recorded ones of |k - m|. A failed
-    call (its amax NaN, flamia_check_device_status reports it) records 0."""
+    count_saturated. The first call's bound and the count are of the keys as quantized (rotated
+    by qk_rotation, minus the key smoothing's m: keys_as_quantized), like the recorded amax. A
+    call made during a backward pass (activation checkpointing's recomputed forward) takes the
+    last call's exponents and records nothing. A failed call (its amax NaN,
+    flamia_check_device_status reports it) records 0. With exponents(k, v) under key smoothing,
+    pass the keys as quantized as k."""
 
     def __init__(self, margin: int = 1, history: int = 16, count_saturated: bool = False):
         self.margin = _check_count("margin", margin, 0)
@@ -45,21 +62,23 @@ class StaticScaleHistory:
         self.saturated_heads: Tensor | None = None
         self.saturated: Tensor | None = None  # with count_saturated
 
-    def _forward_exponents(self, k: Tensor, v: Tensor, recomputing: bool = False) -> Tensor:
+    def _forward_exponents(self, keys, v: Tensor, recomputing: bool = False) -> Tensor:
         """The exponents of a forward that will record its own amax (_record_forward); a
-        recomputed forward's are those of the forward it recomputes."""
+        recomputed forward's are those of the forward it recomputes. `keys`: the keys as the
+        kernels quantize them (keys_as_quantized), or a function giving them, called only when
+        they are read (the first call, count_saturated)."""
         if recomputing and self._last_exponents is not None:
             return self._last_exponents
-        for name, t in (("k", k), ("v", v)):
-            if not isinstance(t, Tensor) or t.dim() != 3:
-                raise ValueError(f"{name} must be a (tokens, heads_kv, head_dim) tensor")
-        if self._amax and self._amax[0].shape[1] != k.shape[1]:
-            raise ValueError(f"k and v have {k.shape[1]} KV heads; the recorded calls had "
+        if not isinstance(v, Tensor) or v.dim() != 3:
+            raise ValueError("v must be a (tokens, heads_kv, head_dim) tensor")
+        if self._amax and self._amax[0].shape[1] != v.shape[1]:
+            raise ValueError(f"k and v have {v.shape[1]} KV heads; the recorded calls had "
                              f"{self._amax[0].shape[1]}")
-        bound = torch.stack(self._amax).amax(dim=0) if self._amax else key_value_amax(k, v)
+        read = keys if callable(keys) else (lambda: keys)
+        bound = torch.stack(self._amax).amax(dim=0) if self._amax else key_value_amax(read(), v)
         e = static_exponents(bound[0], bound[1], margin=self.margin)
         if self.count_saturated:
-            self._count(k, v, e)
+            self._count(read(), v, e)
         return e
 
     def _record_forward(self, amax: Tensor, e: Tensor) -> None:

@@ -48,6 +48,29 @@ def test_fake_cuda_shapes(heads_q, heads_kv, head_dim):
         assert out2.shape == q.shape and lse2.shape == (heads_q, TOTAL)
 
 
+@pytest.mark.parametrize("key_smoothing", ["none", "first_key", "vector"])
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_fake_static_scale_history(key_smoothing, requires_grad):
+    """attn_varlen_func(static_exponents=StaticScaleHistory) on fake CUDA tensors: the
+    exponents from the keys as quantized at the first call, the forward's amax output recorded
+    (both ops), its shape checked by the next call."""
+    scales = flamia.StaticScaleHistory(margin=1, history=2, count_saturated=True)
+    with FakeTensorMode():
+        q, k, v, cu = make_inputs("cuda", 8, 2, 128, requires_grad=requires_grad)
+        smoothing = torch.empty(2, 128, device="cuda") if key_smoothing == "vector" \
+            else key_smoothing
+        for step in range(3):
+            out = flamia.attn_varlen_func(q, k, v, cu, cu, 113, 113, causal=True,
+                                          scale_mode="static", static_exponents=scales,
+                                          key_smoothing=smoothing)
+            assert out.shape == q.shape
+            assert len(scales._amax) == min(step + 1, 2)
+            assert scales._amax[-1].shape == (2, 2) and scales._amax[-1].dtype == torch.float32
+            assert scales._last_exponents.shape == (2, 2)
+            assert scales._last_exponents.dtype == torch.int8
+            assert scales.saturated_heads.shape == (2, 2)
+
+
 def test_fake_cross_lengths():
     with FakeTensorMode():
         q, k, v, cu = make_inputs("cuda", total_q=30, total_k=70)

@@ -84,6 +84,21 @@ def test_history_through_the_forward_records_the_forwards_amax():
         scales._forward_exponents(*_kv(1.0, 1.0, heads=3))
 
 
+def test_keys_as_quantized_subtract_the_smoothing():
+    from flamia._static_scaling import keys_as_quantized
+
+    k = torch.randn(7, 2, 4, dtype=torch.bfloat16)
+    cu = torch.tensor([0, 3, 3, 7], dtype=torch.int32)  # documents of 3, 0 and 4 keys
+    assert keys_as_quantized(k, cu, "none", None) is k
+    first = keys_as_quantized(k, cu, "first_key", None)
+    expected = k.float().clone()
+    expected[:3] -= k[0].float()
+    expected[3:] -= k[3].float()
+    assert torch.equal(first, expected)
+    vector = torch.randn(2, 4)
+    assert torch.equal(keys_as_quantized(k, cu, "vector", vector), k.float() - vector)
+
+
 def test_history_margin_and_unrecorded_calls():
     scales = flamia.StaticScaleHistory(margin=2, history=4)
     scales.exponents(*_kv(1.0, 1.0))
