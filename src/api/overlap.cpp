@@ -52,6 +52,10 @@ double quantized_bytes(const PackedShape& s) {
   return values * kBytesPerQuantizedValue;
 }
 
+}  // namespace
+
+// One device's internal streams and events, created at its first overlapped forward and kept for
+// the process.
 struct DeviceStreams {
   std::mutex mutex;
   cudaStream_t quantize = nullptr;
@@ -59,9 +63,11 @@ struct DeviceStreams {
   cudaEvent_t fork_event = nullptr;
   cudaEvent_t chunk_events[kMaxOverlapChunks] = {};
   cudaEvent_t started_events[kMaxOverlapChunks] = {};
-  cudaEvent_t join_events[kAttentionStreams + 1] = {};
+  cudaEvent_t join_events[kAttentionStreams + 1] = {};  // the attention streams', the quantize's
   bool ready = false;
 };
+
+namespace {
 
 constexpr int kMaxDevices = 64;
 
@@ -104,14 +110,11 @@ int current_multiprocessors() {
   return count;
 }
 
-bool parse_overlap_override(const char* spec, int* chunks, int* sms, bool* off, int* streams) {
-  *chunks = 0;
-  *sms = 0;
-  *off = false;
-  if (streams != nullptr) *streams = kAttentionStreams;
+bool parse_overlap_override(const char* spec, OverlapOverride* out) {
+  *out = OverlapOverride{};
   if (spec == nullptr || spec[0] == '\0' || std::strcmp(spec, "auto") == 0) return true;
   if (std::strcmp(spec, "off") == 0) {
-    *off = true;
+    out->off = true;
     return true;
   }
   int c = 0, x = 0, s = kAttentionStreams, consumed = 0;
@@ -123,19 +126,19 @@ bool parse_overlap_override(const char* spec, int* chunks, int* sms, bool* off, 
   }
   if (spec[consumed] != '\0') return false;
   if (c < 1 || c > kMaxOverlapChunks || x < 1 || s < 1 || s > kAttentionStreams) return false;
-  *chunks = c;
-  *sms = x;
-  if (streams != nullptr) *streams = s;
+  out->chunks = c;
+  out->sms = x;
+  out->streams = s;
   return true;
 }
 
 OverlapPlan plan_forward_overlap(const PackedShape& shape, int multiprocessors,
                                  const char* override_spec, bool keeps_operands) {
   OverlapPlan plan;
-  int chunks = 0, sms = 0, streams = kAttentionStreams;
-  bool off = false;
-  if (!parse_overlap_override(override_spec, &chunks, &sms, &off, &streams) || off) return plan;
-  plan.attention_streams = streams;
+  OverlapOverride setting;
+  if (!parse_overlap_override(override_spec, &setting) || setting.off) return plan;
+  plan.attention_streams = setting.streams;
+  int chunks = setting.chunks, sms = setting.sms;
   if (chunks == 0) {
     // A training forward's pass writes twice the bytes (the backward's copies too), and its
     // steps measured 0 to +4% slower overlapped (session 31): the default leaves it as it was.
@@ -154,6 +157,8 @@ OverlapPlan plan_forward_overlap(const PackedShape& shape, int multiprocessors,
   return plan;
 }
 
+namespace {
+
 // Whether `stream` may join `origin`'s work: it is in no capture, or in origin's.
 bool joinable(cudaStream_t stream, cudaStreamCaptureStatus origin_status,
               unsigned long long origin_id) {
@@ -164,6 +169,8 @@ bool joinable(cudaStream_t stream, cudaStreamCaptureStatus origin_status,
   return status == cudaStreamCaptureStatusActive &&
          origin_status == cudaStreamCaptureStatusActive && id == origin_id;
 }
+
+}  // namespace
 
 cudaError_t ForkedStreams::fork(cudaStream_t origin, int attention_streams, bool* available) {
   *available = false;
@@ -180,46 +187,49 @@ cudaError_t ForkedStreams::fork(cudaStream_t origin, int attention_streams, bool
     lock_ = std::unique_lock<std::mutex>();
     return cudaSuccess;
   }
-  quantize_ = d->quantize;
-  std::copy(std::begin(d->attention), std::end(d->attention), attention_);
-  fork_event_ = d->fork_event;
-  std::copy(std::begin(d->chunk_events), std::end(d->chunk_events), chunk_events_);
-  std::copy(std::begin(d->started_events), std::end(d->started_events), started_events_);
-  std::copy(std::begin(d->join_events), std::end(d->join_events), join_events_);
   cudaStreamCaptureStatus origin_status = cudaStreamCaptureStatusNone;
   unsigned long long origin_id = 0;
   err = cudaStreamGetCaptureInfo(origin, &origin_status, &origin_id);
   if (err != cudaSuccess) return err;
-  bool free = joinable(quantize_, origin_status, origin_id);
+  bool free = joinable(d->quantize, origin_status, origin_id);
   for (int s = 0; s < streams_; ++s)
-    free = free && joinable(attention_[s], origin_status, origin_id);
+    free = free && joinable(d->attention[s], origin_status, origin_id);
   if (!free) {
     lock_ = std::unique_lock<std::mutex>();  // another capture holds them: the plain path
     return cudaSuccess;
   }
+  d_ = d;
   *available = true;
-  err = cudaEventRecord(fork_event_, origin);
-  if (err == cudaSuccess) err = cudaStreamWaitEvent(quantize_, fork_event_, 0);
+  err = cudaEventRecord(d->fork_event, origin);
+  if (err == cudaSuccess) err = cudaStreamWaitEvent(d->quantize, d->fork_event, 0);
   for (int s = 0; s < streams_ && err == cudaSuccess; ++s)
-    err = cudaStreamWaitEvent(attention_[s], fork_event_, 0);
+    err = cudaStreamWaitEvent(d->attention[s], d->fork_event, 0);
   return err;
 }
 
+cudaStream_t ForkedStreams::quantize() const {
+  return d_->quantize;
+}
+
+cudaStream_t ForkedStreams::attention(int chunk) const {
+  return d_->attention[chunk % streams_];
+}
+
 cudaError_t ForkedStreams::hand_over(int chunk) {
-  cudaEvent_t quantized = chunk_events_[chunk % kMaxOverlapChunks];
-  cudaEvent_t started = started_events_[chunk % kMaxOverlapChunks];
-  cudaError_t err = cudaEventRecord(quantized, quantize_);
+  cudaEvent_t quantized = d_->chunk_events[chunk % kMaxOverlapChunks];
+  cudaEvent_t started = d_->started_events[chunk % kMaxOverlapChunks];
+  cudaError_t err = cudaEventRecord(quantized, quantize());
   if (err == cudaSuccess) err = cudaStreamWaitEvent(attention(chunk), quantized, 0);
   if (err == cudaSuccess) err = cudaEventRecord(started, attention(chunk));
-  return err == cudaSuccess ? cudaStreamWaitEvent(quantize_, started, 0) : err;
+  return err == cudaSuccess ? cudaStreamWaitEvent(quantize(), started, 0) : err;
 }
 
 cudaError_t ForkedStreams::join(cudaStream_t origin) {
   cudaError_t first = cudaSuccess;
   for (int s = 0; s <= streams_; ++s) {  // every attention stream, then the quantize stream
-    cudaStream_t stream = s < streams_ ? attention_[s] : quantize_;
-    cudaError_t err = cudaEventRecord(join_events_[s], stream);
-    if (err == cudaSuccess) err = cudaStreamWaitEvent(origin, join_events_[s], 0);
+    cudaStream_t stream = s < streams_ ? attention(s) : quantize();
+    cudaError_t err = cudaEventRecord(d_->join_events[s], stream);
+    if (err == cudaSuccess) err = cudaStreamWaitEvent(origin, d_->join_events[s], 0);
     if (first == cudaSuccess) first = err;
   }
   return first;

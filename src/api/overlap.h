@@ -36,10 +36,19 @@ int current_multiprocessors();
 OverlapPlan plan_forward_overlap(const PackedShape& shape, int multiprocessors,
                                  const char* override_spec, bool keeps_operands = false);
 
-// Whether `spec` is a valid FLAMIA_FORWARD_OVERLAP value; fills `chunks` and `sms` for
-// "CHUNKS:SMS" (0 for "off"/"auto"/null, with `off` telling which).
-bool parse_overlap_override(const char* spec, int* chunks, int* sms, bool* off,
-                            int* streams = nullptr);
+// A FLAMIA_FORWARD_OVERLAP value: "off", the default plan ("auto", empty or unset: chunks 0),
+// or "CHUNKS:SMS[:STREAMS]".
+struct OverlapOverride {
+  bool off = false;
+  int chunks = 0;
+  int sms = 0;
+  int streams = kAttentionStreams;
+};
+
+// Whether `spec` is a valid FLAMIA_FORWARD_OVERLAP value, and then what it says in *out.
+bool parse_overlap_override(const char* spec, OverlapOverride* out);
+
+struct DeviceStreams;  // one device's internal streams and events (overlap.cpp)
 
 // The current device's internal streams, locked for one call's launches: the quantize stream
 // (lowest priority) and the attention streams (highest), each made to wait for the work the
@@ -53,8 +62,8 @@ class ForkedStreams {
   // other than `origin`'s (a capture holds the streams it took in until it ends, after the call
   // returns), or when they cannot be created.
   cudaError_t fork(cudaStream_t origin, int attention_streams, bool* available);
-  cudaStream_t quantize() const { return quantize_; }
-  cudaStream_t attention(int chunk) const { return attention_[chunk % streams_]; }
+  cudaStream_t quantize() const;
+  cudaStream_t attention(int chunk) const;
   // Chunk `chunk`'s attention stream waits for the quantize stream's work so far, and the
   // quantize stream's next work waits until that attention stream has got past the wait: the
   // next chunk's quantize CTAs are then queued after the attention's (which also have the
@@ -64,14 +73,9 @@ class ForkedStreams {
   cudaError_t join(cudaStream_t origin);
 
  private:
-  std::unique_lock<std::mutex> lock_;
+  std::unique_lock<std::mutex> lock_;  // of d_->mutex while forked
+  DeviceStreams* d_ = nullptr;
   int streams_ = kAttentionStreams;
-  cudaStream_t quantize_ = nullptr;
-  cudaStream_t attention_[kAttentionStreams] = {};
-  cudaEvent_t fork_event_ = nullptr;
-  cudaEvent_t chunk_events_[kMaxOverlapChunks] = {};
-  cudaEvent_t started_events_[kMaxOverlapChunks] = {};
-  cudaEvent_t join_events_[kAttentionStreams + 1] = {};  // the attention streams', the quantize's
 };
 
 }  // namespace flamia::api

@@ -393,9 +393,8 @@ flamia_status validate_backward_problem(const flamia_backward_args& a, const cha
 // silent default.
 flamia_status check_overlap_environment(const char* where) {
   const char* spec = std::getenv(kOverlapEnvironment);
-  int chunks = 0, sms = 0;
-  bool off = false;
-  if (parse_overlap_override(spec, &chunks, &sms, &off)) return FLAMIA_OK;
+  OverlapOverride setting;
+  if (parse_overlap_override(spec, &setting)) return FLAMIA_OK;
   return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
               "%s: %s=\"%s\" is not off, auto or CHUNKS:SMS[:STREAMS] (CHUNKS 1..%d, SMS >= 1, "
               "STREAMS 1..%d)",

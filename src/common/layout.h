@@ -39,7 +39,16 @@ struct HeadRange {
   int kv_heads(const PackedShape& s) const { return whole() ? s.heads_kv : kv_count; }
   int q_begin(const PackedShape& s) const { return kv_begin * s.group_size(); }
   int q_heads(const PackedShape& s) const { return kv_heads(s) * s.group_size(); }
+  bool fits(const PackedShape& s) const {
+    return whole() || (kv_begin >= 0 && kv_count > 0 && kv_begin + kv_count <= s.heads_kv);
+  }
 };
+
+// `p` moved by `elements`, unless it is null (an array not given: it stays null).
+template <typename T>
+T* advance(T* p, int64_t elements) {
+  return p == nullptr ? p : p + elements;
+}
 
 // One FP8 copy of a (tokens, heads, D) tensor with its per-(head, token) int8 exponents.
 struct Fp8Copy {

@@ -81,20 +81,21 @@ TEST(OverlapPlan, OverridesAndChunkCounts) {
 }
 
 TEST(OverlapPlan, ParsesItsSetting) {
-  int chunks = -1, sms = -1, streams = -1;
-  bool off = true;
-  EXPECT_TRUE(parse_overlap_override(nullptr, &chunks, &sms, &off, &streams));
-  EXPECT_EQ(chunks, 0);
-  EXPECT_FALSE(off);
-  EXPECT_TRUE(parse_overlap_override("off", &chunks, &sms, &off, &streams));
-  EXPECT_TRUE(off);
-  EXPECT_TRUE(parse_overlap_override("8:20:1", &chunks, &sms, &off, &streams));
-  EXPECT_EQ(chunks, 8);
-  EXPECT_EQ(sms, 20);
-  EXPECT_EQ(streams, 1);
-  EXPECT_FALSE(off);
+  OverlapOverride setting;
+  setting.chunks = setting.sms = -1;
+  setting.off = true;
+  EXPECT_TRUE(parse_overlap_override(nullptr, &setting));
+  EXPECT_EQ(setting.chunks, 0);
+  EXPECT_FALSE(setting.off);
+  EXPECT_TRUE(parse_overlap_override("off", &setting));
+  EXPECT_TRUE(setting.off);
+  EXPECT_TRUE(parse_overlap_override("8:20:1", &setting));
+  EXPECT_EQ(setting.chunks, 8);
+  EXPECT_EQ(setting.sms, 20);
+  EXPECT_EQ(setting.streams, 1);
+  EXPECT_FALSE(setting.off);
   for (const char* bad : {"9:4", "0:4", "4:0", "4:4:3", "4:4:", "4 :4", "4:4 ", "x"})
-    EXPECT_FALSE(parse_overlap_override(bad, &chunks, &sms, &off, &streams)) << bad;
+    EXPECT_FALSE(parse_overlap_override(bad, &setting)) << bad;
 }
 
 }  // namespace

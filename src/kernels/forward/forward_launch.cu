@@ -122,16 +122,10 @@ cudaError_t launch_tile(const ForwardKernelArgs& args, ForwardParams params, cud
   return cudaGetLastError();
 }
 
+// A head range of the tensors (not of the fused or debug instantiations' inputs).
 bool range_valid(const ForwardKernelArgs& args) {
-  const HeadRange& r = args.heads;
-  if (r.whole()) return true;
-  return !args.fused.enabled && args.debug_p_hat == nullptr && r.kv_begin >= 0 && r.kv_count > 0 &&
-         r.kv_begin + r.kv_count <= args.shape.heads_kv;
-}
-
-template <typename T>
-T* advance(T* p, size_t elements) {
-  return p == nullptr ? p : p + elements;
+  return args.heads.whole() ||
+         (!args.fused.enabled && args.debug_p_hat == nullptr && args.heads.fits(args.shape));
 }
 
 template <int kHeadDim>
@@ -143,8 +137,8 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
     return cudaErrorInvalidValue;  // no such instantiation
   if (!range_valid(args)) return cudaErrorInvalidValue;
   // Per-head arrays start at the range's first head; [heads][total] arrays keep their strides.
-  const size_t q_rows = size_t(args.heads.q_begin(s)) * s.total_q;
-  const size_t kv_rows = size_t(args.heads.kv_begin) * s.total_k;
+  const int64_t q_rows = int64_t(args.heads.q_begin(s)) * s.total_q;
+  const int64_t kv_rows = int64_t(args.heads.kv_begin) * s.total_k;
   const bool static_scales = args.static_exponents.enabled();
   if (static_scales && (fused || args.static_exponents.value == nullptr))
     return cudaErrorInvalidValue;  // no such instantiation (validated: static is not fused)
@@ -156,8 +150,8 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   params.k_exp = advance(args.in.k.exponents, kv_rows);
   params.v_exp = advance(args.in.v_t.exponents, kv_rows);
   params.lse_shift = advance(args.in.lse_shift, q_rows);
-  params.static_key_exp = advance(args.static_exponents.key, size_t(args.heads.kv_begin));
-  params.static_value_exp = advance(args.static_exponents.value, size_t(args.heads.kv_begin));
+  params.static_key_exp = advance(args.static_exponents.key, args.heads.kv_begin);
+  params.static_value_exp = advance(args.static_exponents.value, args.heads.kv_begin);
   params.cu_seqlens_q = s.cu_seqlens_q;
   params.cu_seqlens_k = s.cu_seqlens_k;
   params.total_q = s.total_q;
@@ -168,7 +162,7 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   params.causal = s.causal ? 1 : 0;
   params.sliding_window = s.causal ? s.sliding_window : 0;
   params.o = advance(static_cast<__nv_bfloat16*>(args.o.data),
-                     size_t(args.heads.q_begin(s)) * args.o.head_stride);
+                     int64_t(args.heads.q_begin(s)) * args.o.head_stride);
   params.o_token_stride = args.o.token_stride;
   params.o_head_stride = args.o.head_stride;
   params.lse = advance(args.lse, q_rows);

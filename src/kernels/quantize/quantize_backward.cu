@@ -22,7 +22,7 @@ int8_t* other_exponents(int8_t* first, int8_t* second) {
 cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStream_t stream) {
   using namespace quantize;
   const PackedShape& shape = args.shape;
-  if (!shape_valid(shape) || !range_valid(args.heads, shape)) return cudaErrorInvalidValue;
+  if (!shape_valid(shape) || !args.heads.fits(shape)) return cudaErrorInvalidValue;
   const BlockKind blocks = blocks_of(args.scale_mode);
   const BackwardOperands& out = args.out;
   const ForwardOperands& fwd = args.fwd_out;

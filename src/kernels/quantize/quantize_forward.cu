@@ -11,7 +11,7 @@ namespace flamia {
 cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_t stream) {
   using namespace quantize;
   const PackedShape& shape = args.shape;
-  if (!shape_valid(shape) || !range_valid(args.heads, shape)) return cudaErrorInvalidValue;
+  if (!shape_valid(shape) || !args.heads.fits(shape)) return cudaErrorInvalidValue;
   const BlockKind blocks = blocks_of(args.scale_mode);
 
   TensorJob q = query_job(shape, to_source(args.q), args.device_status);

@@ -54,12 +54,6 @@ inline LseShiftSpec lse_shift_spec(const PackedShape& shape, float* out, KeySmoo
   return spec;
 }
 
-// `p` moved by `elements`, unless it is null (an output not asked for).
-template <typename T>
-T* advance(T* p, int64_t elements) {
-  return p == nullptr ? p : p + elements;
-}
-
 // The job restricted to its heads [first, first + count): every per-head pointer moves to head
 // `first`; the row-major copies keep the whole tensor's layout (layout_heads). `first` is a
 // multiple of the LSE shift's KV group (a query job's range covers whole groups).
@@ -101,11 +95,6 @@ inline void restrict_to_range(TensorJob& job, const HeadRange& range, const Pack
 // `amax` moved to K's (row 0) or V's (row 1) maxima of `shape`'s KV heads, or null.
 inline float* kv_amax_row(float* amax, const PackedShape& shape, int row) {
   return advance(amax, int64_t(row) * shape.heads_kv);
-}
-
-inline bool range_valid(const HeadRange& range, const PackedShape& shape) {
-  return range.whole() || (range.kv_begin >= 0 && range.kv_count > 0 &&
-                           range.kv_begin + range.kv_count <= shape.heads_kv);
 }
 
 }  // namespace flamia::quantize
