@@ -39,8 +39,9 @@ class StaticScaleHistory:
     the call computes anyway), and with count_saturated=True `saturated` holds how many
     elements (one more pass over K and V). Both are device tensors (reading them synchronises).
     A recomputed forward (activation checkpointing) should pass record=False: it gets the
-    exponents the last recording call got (the forward it recomputes) and records nothing. Everything stays on the tensors' device; no host synchronisation. The amax
-    (and the count) read K and V once more outside flamia's kernels.
+    exponents the last recording call got (the forward it recomputes) and records nothing.
+    Everything stays on the tensors' device; no host synchronisation. The amax (and the count)
+    read K and V once more outside flamia's kernels.
 
     Or pass the object itself, attn_varlen_func(..., scale_mode="static", static_exponents=
     scales): the call takes the same exponents and records the amax its own quantize pass
@@ -66,25 +67,36 @@ class StaticScaleHistory:
         """The exponents of a forward that will record its own amax (_record_forward); a
         recomputed forward's are those of the forward it recomputes. `keys`: the keys as the
         kernels quantize them (keys_as_quantized), or a function giving them, called only when
-        they are read (the first call, count_saturated)."""
+        they are read (the first call, count_saturated), and then once."""
         if recomputing and self._last_exponents is not None:
             return self._last_exponents
         if not isinstance(v, Tensor) or v.dim() != 3:
             raise ValueError("v must be a (tokens, heads_kv, head_dim) tensor")
-        if self._amax and self._amax[0].shape[1] != v.shape[1]:
-            raise ValueError(f"k and v have {v.shape[1]} KV heads; the recorded calls had "
-                             f"{self._amax[0].shape[1]}")
-        read = keys if callable(keys) else (lambda: keys)
-        bound = torch.stack(self._amax).amax(dim=0) if self._amax else key_value_amax(read(), v)
-        e = static_exponents(bound[0], bound[1], margin=self.margin)
+        self._check_heads(v.shape[1])
+        if callable(keys) and (not self._amax or self.count_saturated):
+            keys = keys()
+        e = self._bound_exponents(lambda: key_value_amax(keys, v))
         if self.count_saturated:
-            self._count(read(), v, e)
+            self._count(keys, v, e)
         return e
 
     def _record_forward(self, amax: Tensor, e: Tensor) -> None:
         """Records a forward's kv_amax (FP32 (2, heads_kv)) taken under the exponents `e`."""
         amax = torch.nan_to_num(amax, nan=0.0)  # a failed call's (poisoned) amax bounds nothing
         self.saturated_heads = amax > self._limit(e)
+        self._record(amax, e)
+
+    def _check_heads(self, heads_kv: int) -> None:
+        if self._amax and self._amax[0].shape[1] != heads_kv:
+            raise ValueError(f"k and v have {heads_kv} KV heads; the recorded calls had "
+                             f"{self._amax[0].shape[1]}")
+
+    def _bound_exponents(self, first_amax) -> Tensor:
+        """The exponents of the recorded calls' amax; first_amax() when none is recorded."""
+        bound = torch.stack(self._amax).amax(dim=0) if self._amax else first_amax()
+        return static_exponents(bound[0], bound[1], margin=self.margin)
+
+    def _record(self, amax: Tensor, e: Tensor) -> None:
         self._amax.append(amax)
         del self._amax[:-self.history]
         self._last_exponents = e
@@ -104,21 +116,14 @@ class StaticScaleHistory:
             if not isinstance(t, Tensor) or t.dim() != 3:
                 raise ValueError(f"{name} must be a (tokens, heads_kv, head_dim) tensor")
         current = key_value_amax(k, v)
-        if self._amax and self._amax[0].shape != current.shape:
-            raise ValueError(f"k and v have {current.shape[1]} KV heads; the recorded calls had "
-                             f"{self._amax[0].shape[1]}")
+        self._check_heads(current.shape[1])
         if not record and self._last_exponents is not None:  # a recomputed forward
-            self.saturated_heads = current > self._limit(self._last_exponents)
-            if self.count_saturated:
-                self._count(k, v, self._last_exponents)
-            return self._last_exponents
-        bound = torch.stack(self._amax).amax(dim=0) if self._amax else current
-        e = static_exponents(bound[0], bound[1], margin=self.margin)
+            e = self._last_exponents
+        else:
+            e = self._bound_exponents(lambda: current)
         self.saturated_heads = current > self._limit(e)
         if self.count_saturated:
             self._count(k, v, e)
         if record:
-            self._amax.append(current)
-            del self._amax[:-self.history]
-            self._last_exponents = e
+            self._record(current, e)
         return e
