@@ -285,4 +285,7 @@ def test_random_calls_return_outputs_or_name_the_bad_argument():
         if lse is not None:
             assert lse.shape == (HEADS_Q, TOTAL) and lse.dtype == torch.float32, context
         outcomes["returned"] += 1
-    assert outcomes["returned"] > 50 and outcomes["refused"] > 50, (seed, outcomes)
+    # Both outcomes must occur, or the fuzz tests only one side. About 3% of the calls return
+    # (300 seeds: mean 64.5 of 2000, s.d. 7.9, min 45); 20 is 5.6 s.d. below the mean, so the
+    # bound cannot fail by chance (it was 50, which 5% of the seeds missed).
+    assert outcomes["returned"] >= 20 and outcomes["refused"] >= 20, (seed, outcomes)
