@@ -387,6 +387,27 @@ std::vector<QuantizeCase> quantize_cases() {
        ScaleMode::kBlock32,
        KeySmoothing::kFirstKey,
        Layout::kHeadMajor},
+      // Cases the token-scale kernel takes (exact, no smoothing; its every job in the forward,
+      // Q and V in the backward), each also run on the general kernel alone (below).
+      {"awkward_d64_exact_gqa4_head_major",
+       kAwkwardDocs,
+       {},
+       8,
+       2,
+       64,
+       ScaleMode::kExact,
+       KeySmoothing::kNone,
+       Layout::kHeadMajor},
+      {"unequal_q_k_documents_d128_exact",
+       {3, 17, 40, 0, 21},
+       {0, 33, 5, 9, 0},
+       4,
+       2,
+       128,
+       ScaleMode::kExact,
+       KeySmoothing::kNone,
+       Layout::kPadded},
+      {"long_document_d64_exact", {4100, 1}, {}, 2, 1, 64, ScaleMode::kExact},
   };
   // The backward's fused rebuild of the forward copies on some cases.
   for (size_t i = 0; i < cases.size(); i += 2) cases[i].fused_forward = true;
@@ -570,8 +591,8 @@ class QuantizeKernelTest : public ::testing::TestWithParam<QuantizeCase> {
 
 // ---- Forward -----------------------------------------------------------------------------------
 
-TEST_P(QuantizeKernelTest, ForwardMatchesReference) {
-  const QuantizeCase& c = GetParam();
+// `general_kernel_only`: no job on the token-scale kernel (QuantizeForwardArgs).
+void check_forward(const QuantizeCase& c, bool general_kernel_only) {
   CaseData data(c);
   const ref::Problem& p = data.problem;
   const DeviceInputs in(data, c.layout);
@@ -587,6 +608,7 @@ TEST_P(QuantizeKernelTest, ForwardMatchesReference) {
   args.k = in.k.view;
   args.v = in.v.view;
   args.out = out.outputs(c.smoothing != KeySmoothing::kNone);
+  args.general_kernel_only = general_kernel_only;
   FLAMIA_CUDA_OK(launch_quantize_forward(args, nullptr));
   FLAMIA_CUDA_OK(cudaDeviceSynchronize());
 
@@ -599,10 +621,19 @@ TEST_P(QuantizeKernelTest, ForwardMatchesReference) {
                       kDotTolerance);
 }
 
+// The jobs the token-scale kernel takes run on it (token_scale_kernel.cuh), the others on the
+// general kernel; both against the reference, so both write the same bytes.
+TEST_P(QuantizeKernelTest, ForwardMatchesReference) {
+  check_forward(GetParam(), false);
+}
+
+TEST_P(QuantizeKernelTest, GeneralKernelForwardMatchesReference) {
+  check_forward(GetParam(), true);
+}
+
 // ---- Backward ----------------------------------------------------------------------------------
 
-TEST_P(QuantizeKernelTest, BackwardMatchesReference) {
-  const QuantizeCase& c = GetParam();
+void check_backward(const QuantizeCase& c, bool general_kernel_only) {
   CaseData data(c);
   const ref::Problem& p = data.problem;
   const int tq = p.total_q(), tk = p.total_k(), dim = c.head_dim;
@@ -629,6 +660,7 @@ TEST_P(QuantizeKernelTest, BackwardMatchesReference) {
     args.key_smoothing_vector = data.smoothing_vector.get();
     args.softmax_scale = p.softmax_scale;
   }
+  args.general_kernel_only = general_kernel_only;
   FLAMIA_CUDA_OK(launch_quantize_backward(args, nullptr));
   FLAMIA_CUDA_OK(cudaDeviceSynchronize());
 
@@ -650,6 +682,14 @@ TEST_P(QuantizeKernelTest, BackwardMatchesReference) {
       expect_sums_close("fused lse_shift", fused.lse_shift.download(), fwd.lse_shift,
                         lse_shift_bounds(data), kDotTolerance);
   }
+}
+
+TEST_P(QuantizeKernelTest, BackwardMatchesReference) {
+  check_backward(GetParam(), false);
+}
+
+TEST_P(QuantizeKernelTest, GeneralKernelBackwardMatchesReference) {
+  check_backward(GetParam(), true);
 }
 
 // fp8-bf16grad's extras (numerics §5 step 10): D from the BF16 dO (quantize pass option) and the
@@ -782,6 +822,30 @@ TEST(QuantizeKernel, DeviceStatusSkipsAllWork) {
   }
   EXPECT_TRUE(all_bytes(out.lse_shift.download(), kFloatPoison));
   EXPECT_TRUE(all_bytes(delta.download(), kFloatPoison));
+}
+
+// The same for the token-scale kernel (exact, no smoothing: every forward job runs on it).
+TEST(QuantizeKernel, DeviceStatusStopsTheTokenScaleKernel) {
+  FLAMIA_REQUIRE_SM90();
+  const QuantizeCase c = {"status_token_scale", kAwkwardDocs, {}, 4, 2, 128, ScaleMode::kExact};
+  CaseData data(c);
+  const DeviceInputs in(data, c.layout);
+  DeviceBuffer<int32_t> status(std::vector<int32_t>{kDeviceStatusSeqlensDecreasing});
+  ForwardCopies out(c, data.problem.total_q(), data.problem.total_k());
+  QuantizeForwardArgs fwd;
+  fwd.shape = data.shape;
+  fwd.scale_mode = c.mode;
+  fwd.q = in.q.view;
+  fwd.k = in.k.view;
+  fwd.v = in.v.view;
+  fwd.out = out.outputs(/*with_shift=*/false);
+  fwd.device_status = status.get();
+  FLAMIA_CUDA_OK(launch_quantize_forward(fwd, nullptr));
+  FLAMIA_CUDA_OK(cudaDeviceSynchronize());
+  for (const DeviceCopy* copy : {&out.q_hat, &out.k_hat, &out.v_hat_t}) {
+    for (uint8_t byte : copy->values.download()) ASSERT_EQ(byte, kValuePoison);
+    for (int8_t e : copy->exponents.download()) ASSERT_EQ(uint8_t(e), uint8_t(kExponentPoison));
+  }
 }
 
 // Nothing to do: no tokens (every document empty) launches nothing and succeeds.

@@ -23,7 +23,8 @@ struct QuantizeForwardArgs {
   Bf16View q, k, v;
   ForwardOperands out;  // q, k, v_t (+ lse_shift when smoothing; zeros when kNone)
   const int32_t* device_status = nullptr;  // skip all work when non-zero
-  HeadRange heads;  // quantize only these heads (of every tensor and output above)
+  HeadRange heads;                   // quantize only these heads (of every tensor and output above)
+  bool general_kernel_only = false;  // tests: no job on the token-scale kernel (the same bytes)
   // Optional, zeroed by the caller: [2][heads_kv] FP32, the max |K̂'s input| and |v| per KV
   // head over the tokens (atomic maxima: any number of passes may add to it).
   float* kv_amax = nullptr;
@@ -50,8 +51,9 @@ struct QuantizeBackwardArgs {
   const float* key_smoothing_vector = nullptr;  // [heads_kv][head_dim] for kVector
   float softmax_scale = 1.0f;                   // only for fwd_out.lse_shift
   StaticExponents static_exponents;             // scale mode kStatic: K̂'s and V̂'s (and V̂)
-  HeadRange heads;           // quantize only these heads (of every tensor and output above)
-  float* kv_amax = nullptr;  // as QuantizeForwardArgs's: of the copies written to fwd_out
+  HeadRange heads;                   // quantize only these heads (of every tensor and output above)
+  float* kv_amax = nullptr;          // as QuantizeForwardArgs's: of the copies written to fwd_out
+  bool general_kernel_only = false;  // as QuantizeForwardArgs's
 };
 
 // Head dims the quantize pass is compiled for (64, 128, 256).

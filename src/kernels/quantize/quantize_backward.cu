@@ -105,7 +105,8 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
   restrict_to_range(v, args.heads, shape, /*query_side=*/false);
   restrict_to_range(d_o, args.heads, shape, /*query_side=*/true);
   TensorJob jobs[] = {q, k, v, d_o};
-  return launch_tensor_jobs(jobs, sizeof(jobs) / sizeof(jobs[0]), shape.head_dim, stream);
+  return launch_tensor_jobs(jobs, sizeof(jobs) / sizeof(jobs[0]), shape.head_dim, stream,
+                            args.general_kernel_only);
 }
 
 }  // namespace flamia

@@ -48,7 +48,8 @@ cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_
   restrict_to_range(k, args.heads, shape, /*query_side=*/false);
   restrict_to_range(v, args.heads, shape, /*query_side=*/false);
   TensorJob jobs[] = {q, k, v};
-  return launch_tensor_jobs(jobs, sizeof(jobs) / sizeof(jobs[0]), shape.head_dim, stream);
+  return launch_tensor_jobs(jobs, sizeof(jobs) / sizeof(jobs[0]), shape.head_dim, stream,
+                            args.general_kernel_only);
 }
 
 }  // namespace flamia

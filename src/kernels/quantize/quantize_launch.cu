@@ -6,6 +6,7 @@
 #include "kernels/quantize/quantize.h"
 #include "kernels/quantize/quantize_kernel.cuh"
 #include "kernels/quantize/quantize_launch.h"
+#include "kernels/quantize/token_scale_kernel.cuh"
 
 namespace flamia {
 
@@ -93,6 +94,19 @@ cudaError_t launch_kernel(const JobBatch& batch, cudaStream_t stream) {
 }
 
 template <int kHeadDim>
+cudaError_t launch_token_scale_kernel(const JobBatch& batch, cudaStream_t stream) {
+  token_scale_kernel<kHeadDim>
+      <<<unsigned(batch.cta_begin[batch.count]), TileGeometry<kHeadDim>::kThreads, 0, stream>>>(
+          batch);
+  return cudaGetLastError();
+}
+
+// Head dims the token-scale kernel is built for (its loads fit its registers).
+bool token_scale_head_dim(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
+
+template <int kHeadDim>
 cudaError_t launch_for_head_dim(const JobBatch& batch, bool gradient, cudaStream_t stream) {
   return gradient ? launch_kernel<kHeadDim, true>(batch, stream)
                   : launch_kernel<kHeadDim, false>(batch, stream);
@@ -109,9 +123,19 @@ cudaError_t launch_batch(const JobBatch& batch, int head_dim, bool gradient, cud
   }
 }
 
+// Appends `job` (with its CTAs) to `batch`; false when the CTA count overflows.
+bool append_job(JobBatch& batch, int64_t& ctas, const TensorJob& job) {
+  ctas += cta_count(job);
+  if (ctas > kMaxCtas) return false;
+  batch.job[batch.count++] = job;
+  batch.cta_begin[batch.count] = int(ctas);
+  return true;
+}
+
 }  // namespace
 
-cudaError_t launch_tensor_jobs(TensorJob* jobs, int count, int head_dim, cudaStream_t stream) {
+cudaError_t launch_tensor_jobs(TensorJob* jobs, int count, int head_dim, cudaStream_t stream,
+                               bool general_kernel_only) {
   if (!quantize_supports_head_dim(head_dim) || count > kMaxJobsPerLaunch)
     return cudaErrorInvalidValue;
   for (int n = 0; n < count; ++n) {
@@ -119,17 +143,24 @@ cudaError_t launch_tensor_jobs(TensorJob* jobs, int count, int head_dim, cudaStr
     job.needs_documents = job_needs_documents(job);
     if (job_has_work(job) && !job_valid(job)) return cudaErrorInvalidValue;
   }
-  // The plain jobs in one launch (they are independent of each other), then each gradient job
-  // in a launch of its own (the gradient kernel reads its one job at constant offsets: indexed
-  // by the CTA, its fields cost it 5% in session 13's A/B).
-  JobBatch plain;
-  int64_t ctas = 0;
+  // The plain jobs in one launch per kernel (they are independent of each other): those the
+  // token-scale kernel takes, and the others on the general kernel; then each gradient job in a
+  // launch of its own (the gradient kernel reads its one job at constant offsets: indexed by
+  // the CTA, its fields cost it 5% in session 13's A/B).
+  JobBatch token_scale, plain;
+  int64_t token_scale_ctas = 0, plain_ctas = 0;
+  const bool token_scale_dim = !general_kernel_only && token_scale_head_dim(head_dim);
   for (int n = 0; n < count; ++n) {
     if (!job_has_work(jobs[n]) || is_gradient_job(jobs[n])) continue;
-    ctas += cta_count(jobs[n]);
-    if (ctas > kMaxCtas) return cudaErrorInvalidValue;
-    plain.job[plain.count++] = jobs[n];
-    plain.cta_begin[plain.count] = int(ctas);
+    const bool appended = token_scale_dim && token_scale_kernel_takes(jobs[n])
+                              ? append_job(token_scale, token_scale_ctas, jobs[n])
+                              : append_job(plain, plain_ctas, jobs[n]);
+    if (!appended) return cudaErrorInvalidValue;
+  }
+  if (token_scale.count > 0) {
+    const cudaError_t status = head_dim == 64 ? launch_token_scale_kernel<64>(token_scale, stream)
+                                              : launch_token_scale_kernel<128>(token_scale, stream);
+    if (status != cudaSuccess) return status;
   }
   if (plain.count > 0) {
     const cudaError_t status = launch_batch(plain, head_dim, /*gradient=*/false, stream);

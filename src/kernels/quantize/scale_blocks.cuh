@@ -39,16 +39,21 @@ __device__ __forceinline__ uint32_t amax_bits(float amax) {
   return amax == amax ? __float_as_uint(amax) : 0u;
 }
 
+// Takes the maximum of the warp's amax bit patterns (`own`: the calling lane's) into *out (FP32,
+// non-negative) with one atomic. Called by whole warps.
+__device__ __forceinline__ void add_warp_amax(uint32_t own, float* out) {
+  constexpr unsigned kAllLanes = 0xFFFFFFFFu;
+  constexpr int kWarpLanes = 32;
+  const uint32_t warp_max = __reduce_max_sync(kAllLanes, own);
+  if (threadIdx.x % kWarpLanes == 0 && warp_max != 0u)
+    atomicMax(reinterpret_cast<unsigned int*>(out), warp_max);
+}
+
 // Takes the maximum of `count` amax bit patterns (one per token, `bits[i]` for the calling thread's
 // i = tid) into *out (FP32, non-negative) with one atomic per warp. Called by whole warps.
 __device__ __forceinline__ void add_tile_amax(const uint32_t* bits, int count, int tid,
                                               float* out) {
-  constexpr unsigned kAllLanes = 0xFFFFFFFFu;
-  constexpr int kWarpLanes = 32;
-  const uint32_t own = tid < count ? bits[tid] : 0u;
-  const uint32_t warp_max = __reduce_max_sync(kAllLanes, own);
-  if (tid % kWarpLanes == 0 && warp_max != 0u)
-    atomicMax(reinterpret_cast<unsigned int*>(out), warp_max);
+  add_warp_amax(tid < count ? bits[tid] : 0u, out);
 }
 
 }  // namespace flamia::quantize
