@@ -16,6 +16,7 @@
 #include "api/errors.h"
 #include "api/overlap.h"
 #include "api/saved_operands.h"
+#include "common/device_info.h"
 #include "kernels/backward/backward.h"
 #include "kernels/forward/forward.h"
 #include "kernels/quantize/quantize.h"

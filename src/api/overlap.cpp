@@ -102,14 +102,6 @@ DeviceStreams* streams_of(int device) {
 
 }  // namespace
 
-int current_multiprocessors() {
-  int device = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return 0;
-  return count;
-}
-
 bool parse_overlap_override(const char* spec, OverlapOverride* out) {
   *out = OverlapOverride{};
   if (spec == nullptr || spec[0] == '\0' || std::strcmp(spec, "auto") == 0) return true;

@@ -25,9 +25,6 @@ struct OverlapPlan {
   bool overlapped() const { return chunks > 1; }
 };
 
-// The SMs of the current device (132 on an H200).
-int current_multiprocessors();
-
 // How to split a forward of `shape` on a GPU of `multiprocessors` SMs (`keeps_operands`: a
 // training forward, which writes the backward's copies too); `override_spec` is the
 // FLAMIA_FORWARD_OVERLAP environment variable ("off", "auto" or null, or "CHUNKS:SMS[:STREAMS]"

@@ -1,6 +1,7 @@
 // Host side of the forward: tensor maps, the plan, and the launch for each head dim.
 #include <algorithm>
 
+#include "common/device_info.h"
 #include "kernels/forward/forward.h"
 #include "kernels/forward/forward_kernel.cuh"
 #include "kernels/common/timeline.cuh"
@@ -68,12 +69,12 @@ cudaError_t make_maps(const ForwardKernelArgs& args, ForwardParams* params) {
   return hopper::make_tensor_map(vt, &params->vt_tail_map, &what);
 }
 
-int multiprocessor_count() {
-  int device = 0, count = 0;
-  if (cudaGetDevice(&device) != cudaSuccess) return 132;
-  if (cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return 132;
-  return count;
+// The persistent grid: one CTA per SM (an H200's count if the device cannot be read; the launch
+// then fails on its own).
+int persistent_ctas() {
+  constexpr int kH200Multiprocessors = 132;
+  const int count = current_multiprocessors();
+  return count > 0 ? count : kH200Multiprocessors;
 }
 
 // The unfused instantiations: debug P̂ or not, a sliding window or not.
@@ -116,7 +117,7 @@ cudaError_t launch_tile(const ForwardKernelArgs& args, ForwardParams params, cud
   if (err != cudaSuccess) return err;
   const int64_t max_items = forward::max_work_items(s, Tile::kBlockM);
   const int ctas =
-      args.max_ctas > 0 ? std::min(args.max_ctas, multiprocessor_count()) : multiprocessor_count();
+      args.max_ctas > 0 ? std::min(args.max_ctas, persistent_ctas()) : persistent_ctas();
   const int grid = int(std::min<int64_t>(max_items, ctas));
   kernel<<<grid, Tile::kThreads, kShared, stream>>>(params);
   return cudaGetLastError();
