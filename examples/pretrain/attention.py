@@ -49,26 +49,29 @@ class DelayedStaticScales:
     """Delayed scaling for scale_mode "static" over a model's attention calls: the calls of one
     step share its cu_seqlens tensor and come in layer order, so each gets its layer's
     flamia.StaticScaleHistory (K's and V's per-head amax over the last `history` steps plus
-    `margin` binades; the first step's from its own K and V). `saturated`: layer -> the count of
-    its K and V elements beyond 448 * 2^e in its last call (a device tensor)."""
+    `margin` binades), passed to attn_varlen_func as `static_exponents`: the forward takes its
+    exponents from the history and records the amax its own quantize pass measured
+    (flamia_forward_args.kv_amax), so K and V are read once more only at a layer's first call.
+    `saturated_heads()`: how many (tensor, KV head) pairs of the last step's calls had an
+    element beyond 448 * 2^e (a device tensor)."""
 
     def __init__(self, margin: int = 1, history: int = 16):
         self.margin, self.history = margin, history
         self.layers = {}  # layer -> flamia.StaticScaleHistory
-        self.saturated = {}
         self._step_key, self._layer = None, 0
 
-    def exponents(self, k, v, cu_seqlens):
+    def history_for(self, cu_seqlens):
         import flamia
 
         if cu_seqlens is not self._step_key:  # a new step: its calls are its layers, in order
             self._step_key, self._layer = cu_seqlens, 0
         layer, self._layer = self._layer, self._layer + 1
-        history = self.layers.setdefault(
-            layer, flamia.StaticScaleHistory(self.margin, self.history, count_saturated=True))
-        e = history.exponents(k, v)
-        self.saturated[layer] = history.saturated
-        return e
+        return self.layers.setdefault(layer, flamia.StaticScaleHistory(self.margin, self.history))
+
+    def saturated_heads(self):
+        counts = [h.saturated_heads.sum() for h in self.layers.values()
+                  if h.saturated_heads is not None]
+        return sum(counts) if counts else 0
 
 
 class AttentionTimer:
@@ -241,7 +244,7 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
     scales = DelayedStaticScales() if scale_mode == "static" else None
 
     def attend(q, k, v, cu_seqlens, max_seqlen):
-        extra = {"static_exponents": scales.exponents(k, v, cu_seqlens)} if scales else {}
+        extra = {"static_exponents": scales.history_for(cu_seqlens)} if scales else {}
         return flamia.attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                        causal=True, scale_mode=scale_mode, **flamia_args,
                                        **extra)
@@ -263,8 +266,8 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
     attend.explain = explain
     attend.static_scales = scales  # flamia_static: the delayed scaling state (saturation counts)
     arguments = ", ".join(f"{key}={value!r}" for key, value in flamia_args.items())
-    delayed = (f", static_exponents from the last {scales.history} steps' amax + "
-               f"{scales.margin} binade(s)" if scales else "")
+    delayed = (f", static_exponents=StaticScaleHistory: the last {scales.history} steps' "
+               f"forward amax + {scales.margin} binade(s)" if scales else "")
     return attend, (f"flamia.attn_varlen_func(causal=True, scale_mode={scale_mode!r}, "
                     f"{arguments}{delayed})")
 

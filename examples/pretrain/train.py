@@ -304,10 +304,11 @@ def main(argv=None):
                "logit_err_fp8_rotated", "logit_rms"]
     if alternative is not None:
         columns.append("heldout_loss_alt")
-    # flamia_static: the step's K and V elements beyond its delayed exponents' 448 * 2^e
+    # flamia_static: the step's (layer, K or V, head) triples with an element beyond its delayed
+    # exponent's 448 * 2^e (from the forward's own amax)
     static_scales = getattr(attend, "static_scales", None)
     if static_scales is not None:
-        columns.append("saturated")
+        columns.append("saturated_heads")
     rows = []
     first_step, earlier_wall_s = 0, 0.0
     if args.resume and resume_path.is_file():
@@ -352,7 +353,7 @@ def main(argv=None):
             if alternative is not None:
                 row["heldout_loss_alt"] = ""
             if static_scales is not None:  # (the loss's .item() synchronised already)
-                row["saturated"] = int(sum(int(n) for n in static_scales.saturated.values()))
+                row["saturated_heads"] = int(static_scales.saturated_heads())
             if (step + 1) % train_cfg.eval_every == 0 or last:
                 probe.arm(model_cfg.n_layers)  # the first held-out batch's q and k per layer
                 row["heldout_loss"] = heldout_loss(model, heldout_batches, device, timed_attend,
@@ -406,8 +407,9 @@ def main(argv=None):
         "attention_bench_ms": bench_attention(attend, attend_state, batch, model_cfg, device),
     })
     if static_scales is not None:  # resumed rows read back from the CSV hold strings
-        saturated = [int(r["saturated"]) for r in rows if r.get("saturated", "") != ""]
-        summary["saturated_elements"] = sum(saturated)
+        saturated = [int(r["saturated_heads"]) for r in rows
+                     if r.get("saturated_heads", "") != ""]
+        summary["saturated_heads"] = sum(saturated)
         summary["steps_with_saturation"] = sum(n > 0 for n in saturated)
     json_path.write_text(json.dumps(summary, indent=2) + "\n")
     if args.save_checkpoint and len(rows) == train_cfg.steps:  # a stopped run saves none
