@@ -848,6 +848,51 @@ TEST(QuantizeKernel, DeviceStatusStopsTheTokenScaleKernel) {
   }
 }
 
+// Rows with NaN, infinities and signed zeros: the token-scale kernel's packed amax (max.bf16x2,
+// NaN ignored) gives the general kernel's exponents and bytes (fmaxf over FP32, NaN ignored).
+TEST(QuantizeKernel, TokenScaleKernelMatchesTheGeneralOneOnNonFiniteInputs) {
+  FLAMIA_REQUIRE_SM90();
+  const QuantizeCase c = {"non_finite", kAwkwardDocs, {}, 4, 2, 128, ScaleMode::kExact};
+  CaseData data(c);
+  constexpr uint16_t kNaN = 0x7FC0, kNegativeNaN = 0xFFC1, kInf = 0x7F80, kNegativeInf = 0xFF80,
+                     kNegativeZero = 0x8000;
+  for (ref::HostTensor* t : {&data.inputs.q, &data.inputs.k, &data.inputs.v}) {
+    const int h = t->heads - 1;
+    for (int d = 0; d < t->dim; ++d) {
+      t->bits[t->index(0, 0, d)] = kNaN;                        // a row of NaN only
+      t->bits[t->index(1, h, d)] = d % 2 ? kNegativeZero : 0u;  // a row of zeros
+    }
+    t->bits[t->index(2, 0, 5)] = kNegativeNaN;  // one NaN among finite values
+    t->bits[t->index(3, h, 77)] = kInf;
+    t->bits[t->index(4, 0, 127)] = kNegativeInf;
+    t->bits[t->index(5, h, 64)] = kNaN;
+    t->bits[t->index(5, h, 65)] = kInf;
+  }
+  const DeviceInputs in(data, c.layout);
+  const int tq = data.problem.total_q(), tk = data.problem.total_k();
+  ForwardCopies general(c, tq, tk), token_scale(c, tq, tk);
+  for (ForwardCopies* out : {&general, &token_scale}) {
+    QuantizeForwardArgs args;
+    args.shape = data.shape;
+    args.scale_mode = c.mode;
+    args.q = in.q.view;
+    args.k = in.k.view;
+    args.v = in.v.view;
+    args.out = out->outputs(/*with_shift=*/false);
+    args.general_kernel_only = out == &general;
+    FLAMIA_CUDA_OK(launch_quantize_forward(args, nullptr));
+  }
+  FLAMIA_CUDA_OK(cudaDeviceSynchronize());
+  const std::pair<const DeviceCopy*, const DeviceCopy*> copies[] = {
+      {&general.q_hat, &token_scale.q_hat},
+      {&general.k_hat, &token_scale.k_hat},
+      {&general.v_hat_t, &token_scale.v_hat_t}};
+  for (const auto& [want, got] : copies) {
+    EXPECT_EQ(got->values.download(), want->values.download());
+    EXPECT_EQ(got->exponents.download(), want->exponents.download());
+  }
+}
+
 // Nothing to do: no tokens (every document empty) launches nothing and succeeds.
 TEST(QuantizeKernel, EmptyProblem) {
   FLAMIA_REQUIRE_SM90();

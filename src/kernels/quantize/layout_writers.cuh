@@ -81,4 +81,14 @@ __device__ __forceinline__ void write_token_major(const uint8_t* stage, uint8_t*
   }
 }
 
+// Once every thread of the CTA has staged its codes: writes the tile out (write_token_major);
+// the staging tile is free again on return.
+template <int kHeadDim>
+__device__ __forceinline__ void flush_token_major(const uint8_t* stage, uint8_t* base, int head,
+                                                  int tile_begin, int tokens) {
+  __syncthreads();
+  write_token_major<kHeadDim>(stage, base, head, tile_begin, padded_tokens(tokens));
+  __syncthreads();
+}
+
 }  // namespace flamia::quantize

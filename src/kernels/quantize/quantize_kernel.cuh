@@ -393,12 +393,8 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
           });
       if (copy.token_major != nullptr) stage_codes(s.stage, g, chunk, copy.order, codes);
     }
-    if (copy.token_major != nullptr) {
-      __syncthreads();
-      write_token_major<kHeadDim>(s.stage, copy.token_major, head, tile_begin,
-                                  padded_tokens(tokens));
-      __syncthreads();
-    }
+    if (copy.token_major != nullptr)
+      flush_token_major<kHeadDim>(s.stage, copy.token_major, head, tile_begin, tokens);
   }
   if constexpr (kGradient) {
     if (job.delta.out != nullptr) {
