@@ -69,6 +69,7 @@ class DelayedStaticScales:
         return self.layers.setdefault(layer, flamia.StaticScaleHistory(self.margin, self.history))
 
     def saturated_heads(self):
+        """A device tensor (the int 0 before any call recorded); int() of it synchronises."""
         counts = [h.saturated_heads.sum() for h in self.layers.values()
                   if h.saturated_heads is not None]
         return sum(counts) if counts else 0

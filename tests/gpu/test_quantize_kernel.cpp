@@ -849,7 +849,8 @@ TEST(QuantizeKernel, DeviceStatusStopsTheTokenScaleKernel) {
 }
 
 // Rows with NaN, infinities and signed zeros: the token-scale kernel's packed amax (max.bf16x2,
-// NaN ignored) gives the general kernel's exponents and bytes (fmaxf over FP32, NaN ignored).
+// NaN ignored) gives the general kernel's exponents, bytes and KV amax outputs (fmaxf over FP32,
+// NaN ignored), with exact and with static scales.
 TEST(QuantizeKernel, TokenScaleKernelMatchesTheGeneralOneOnNonFiniteInputs) {
   FLAMIA_REQUIRE_SM90();
   const QuantizeCase c = {"non_finite", kAwkwardDocs, {}, 4, 2, 128, ScaleMode::kExact};
@@ -870,26 +871,42 @@ TEST(QuantizeKernel, TokenScaleKernelMatchesTheGeneralOneOnNonFiniteInputs) {
   }
   const DeviceInputs in(data, c.layout);
   const int tq = data.problem.total_q(), tk = data.problem.total_k();
-  ForwardCopies general(c, tq, tk), token_scale(c, tq, tk);
-  for (ForwardCopies* out : {&general, &token_scale}) {
-    QuantizeForwardArgs args;
-    args.shape = data.shape;
-    args.scale_mode = c.mode;
-    args.q = in.q.view;
-    args.k = in.k.view;
-    args.v = in.v.view;
-    args.out = out->outputs(/*with_shift=*/false);
-    args.general_kernel_only = out == &general;
-    FLAMIA_CUDA_OK(launch_quantize_forward(args, nullptr));
-  }
-  FLAMIA_CUDA_OK(cudaDeviceSynchronize());
-  const std::pair<const DeviceCopy*, const DeviceCopy*> copies[] = {
-      {&general.q_hat, &token_scale.q_hat},
-      {&general.k_hat, &token_scale.k_hat},
-      {&general.v_hat_t, &token_scale.v_hat_t}};
-  for (const auto& [want, got] : copies) {
-    EXPECT_EQ(got->values.download(), want->values.download());
-    EXPECT_EQ(got->exponents.download(), want->exponents.download());
+  const DeviceBuffer<int8_t> key_exponents(std::vector<int8_t>{-2, 3});
+  const DeviceBuffer<int8_t> value_exponents(std::vector<int8_t>{1, -3});
+  for (const ScaleMode mode : {ScaleMode::kExact, ScaleMode::kStatic}) {
+    SCOPED_TRACE(mode == ScaleMode::kStatic ? "static" : "exact");
+    ForwardCopies general(c, tq, tk), token_scale(c, tq, tk);
+    DeviceBuffer<float> general_amax(std::vector<float>(2 * c.heads_kv, 0.0f));
+    DeviceBuffer<float> token_scale_amax(std::vector<float>(2 * c.heads_kv, 0.0f));
+    for (ForwardCopies* out : {&general, &token_scale}) {
+      QuantizeForwardArgs args;
+      args.shape = data.shape;
+      args.scale_mode = mode;
+      if (mode == ScaleMode::kStatic)
+        args.static_exponents = {key_exponents.get(), value_exponents.get()};
+      args.q = in.q.view;
+      args.k = in.k.view;
+      args.v = in.v.view;
+      args.out = out->outputs(/*with_shift=*/false);
+      args.general_kernel_only = out == &general;
+      args.kv_amax = out == &general ? general_amax.get() : token_scale_amax.get();
+      FLAMIA_CUDA_OK(launch_quantize_forward(args, nullptr));
+    }
+    FLAMIA_CUDA_OK(cudaDeviceSynchronize());
+    const std::pair<const DeviceCopy*, const DeviceCopy*> copies[] = {
+        {&general.q_hat, &token_scale.q_hat},
+        {&general.k_hat, &token_scale.k_hat},
+        {&general.v_hat_t, &token_scale.v_hat_t}};
+    for (const auto& [want, got] : copies) {
+      EXPECT_EQ(got->values.download(), want->values.download());
+      EXPECT_EQ(got->exponents.download(), want->exponents.download());
+    }
+    const std::vector<float> want_amax = general_amax.download();
+    const std::vector<float> got_amax = token_scale_amax.download();
+    for (size_t i = 0; i < want_amax.size(); ++i) {
+      EXPECT_EQ(float_bits(got_amax[i]), float_bits(want_amax[i])) << "kv_amax " << i;
+      EXPECT_FALSE(std::isnan(got_amax[i])) << "kv_amax " << i;
+    }
   }
 }
 

@@ -1,6 +1,6 @@
 // A quantize CTA's loads into registers: each thread's 4 tokens x 16 channels of every slice
-// (tile_geometry.cuh), as 16-byte vectors; and the reduction operators both kernels combine
-// their lanes with.
+// (tile_geometry.cuh), as 16-byte vectors; and the lane reduction operators (MaxOp: both
+// kernels' amax; SumOp: the general kernel's dot products).
 #pragma once
 
 #include <cstdint>

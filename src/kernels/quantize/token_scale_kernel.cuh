@@ -1,8 +1,9 @@
 // The token-scale kernel: the quantize pass's common case in one read and no shared-memory round
-// trip. It takes the jobs whose every copy quantizes x itself (no transform) with its own
-// token's exponent (BlockKind::kToken: the `exact` and `static` scale modes), without the LSE
-// shift, documents or the gradient's extras (token_scale_kernel_takes): the forward's Q, K and V
-// without key smoothing, and the Q and V jobs of a training forward. Per thread, as the general
+// trip, at head dims 64 and 128 (256 stays on the general kernel). It takes the jobs whose every
+// copy quantizes x itself (no transform) with BlockKind::kToken exponents: each token's own
+// (`exact`) or its head's static one (`static`), without the LSE shift, documents or the
+// gradient's extras (token_scale_kernel_takes): the forward's Q, K and V without key smoothing,
+// and the Q and V jobs of a training forward. Per thread, as the general
 // kernel's geometry (tile_geometry.cuh: 4 tokens x 16 channels of one head):
 //  1. the loads stay in registers;
 //  2. each token's amax from the packed BF16 pairs (max.bf16x2 of |x|: 1 instruction per pair,
@@ -127,12 +128,14 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   for (int k = 0; k < job.num_copies; ++k) {
     const CopySpec& copy = job.copy[k];
     // ---- 3. exponents, amax output ---------------------------------------------------------
+    // (read once: the exponent stores below might alias it for all the compiler knows)
+    const bool static_scale = copy.static_exponents != nullptr;
+    const int head_exponent = static_scale ? static_scale_exponent(copy.static_exponents[head]) : 0;
     int exponent[kQuadTokens];
 #pragma unroll
     for (int j = 0; j < kQuadTokens; ++j) {
-      exponent[j] = copy.static_exponents != nullptr
-                        ? static_scale_exponent(copy.static_exponents[head])
-                        : scale_exponent(__uint_as_float(amax_bits(amax[j])));
+      exponent[j] =
+          static_scale ? head_exponent : scale_exponent(__uint_as_float(amax_bits(amax[j])));
       if (set.valid(j) && g.sub_chunk == 0) {  // one lane per token writes its exponents
 #pragma unroll
         for (int n = 0; n < kMaxExponentOutputs; ++n)
