@@ -251,12 +251,14 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
                                        **extra)
 
     def explain(cu_seqlens, max_seqlen):
-        """flamia's own account of the kernel path for the model's shapes."""
+        """flamia's own account of the kernel path for the model's shapes, as a training step
+        runs it (inputs that want a gradient: the forward that keeps the backward's operands)."""
         heads_q, heads_kv, head_dim = heads
         tokens = int(cu_seqlens[-1])
 
         def empty(h):
-            return torch.empty(tokens, h, head_dim, device=device, dtype=torch.bfloat16)
+            return torch.empty(tokens, h, head_dim, device=device, dtype=torch.bfloat16,
+                               requires_grad=True)
 
         extra = ({"static_exponents": torch.zeros(2, heads_kv, dtype=torch.int8, device=device)}
                  if scales else {})
