@@ -100,12 +100,15 @@ BackwardOperandsRef quantize_backward_operands(const Problem& p, const Inputs& i
   ops.d_o = quantize([&](int t, int h, int d) { return in.d_o.at(t, h, d); }, total_q, p.heads_q,
                      dim, q_blocks, hooks.scale_rule);
 
-  // dO'' = dO / l (an IEEE FP32 division); a fully masked row (l = 0) contributes nothing.
-  auto l_of = [&](int t, int h) { return stats[(size_t(h) * total_q + t) * 2 + 1]; };
+  // dO'' = dO * r with r = 1/l rounded once (inverse_l_factor); 0 where r = 0: a fully masked
+  // row (l = 0) contributes nothing.
+  auto inverse_l_of = [&](int t, int h) {
+    return inverse_l_factor(stats[(size_t(h) * total_q + t) * 2 + 1]);
+  };
   ops.d_o_scaled = quantize(
       [&](int t, int h, int d) {
-        const float l = l_of(t, h);
-        return l == 0.0f ? 0.0f : in.d_o.at(t, h, d) / l;
+        const float r = inverse_l_of(t, h);
+        return r == 0.0f ? 0.0f : in.d_o.at(t, h, d) * r;
       },
       total_q, p.heads_q, dim, tile_aligned_blocks(p.cu_seqlens_q, kDoScaledBlockTokens),
       hooks.scale_rule);

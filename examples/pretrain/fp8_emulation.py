@@ -255,8 +255,8 @@ def _backward_doc(q, k, v, o, do, ops: _DocOperands, stats, start, cfg: Fp8Confi
         ds = ds.masked_fill(~mask, 0.0)
         if cfg.precision != "fp8":
             ds = bf16(ds)
-        # dV (step 6): dO'' = q8((dO / l) 2^-ew), one exponent per (64-query block, head).
-        dos = do[:, h] / l_row
+        # dV (step 6): dO'' = q8((dO fl(1/l)) 2^-ew), one exponent per (64-query block, head).
+        dos = do[:, h] * (1.0 / l_row)
         ew = scale_exponent(block_amax(dos.abs().amax(1), qblk64, 0))
         dos_hat = e4m3(dos * torch.exp2(-ew).unsqueeze(1)) * torch.exp2(ew).unsqueeze(1)
         dv[:, g] += torch.exp2(-ev.double()).unsqueeze(1) * (p_hat.double().T @ dos_hat.double())

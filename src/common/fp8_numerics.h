@@ -93,6 +93,16 @@ FLAMIA_HD float static_row_factor(float row_factor, float key_scale) {
   return f < smallest_normal ? smallest_normal : f;
 }
 
+// The dO'' copy's factor (numerics §3): r = 1/l rounded once (IEEE), 0 for l = 0 (a row with
+// no visible key). The copy holds q8((dO * r) 2^-ew), and 0 wherever r = 0.
+FLAMIA_HD float inverse_l_factor(float l) {
+#if defined(__CUDA_ARCH__)
+  return l == 0.0f ? 0.0f : __frcp_rn(l);
+#else
+  return l == 0.0f ? 0.0f : 1.0f / l;
+#endif
+}
+
 // The saturation-avoiding scale rule: the smallest e with amax * 2^-e <= 448, computed exactly
 // from amax's exponent and mantissa (no log2f/ceilf), clamped to the representable range.
 // amax = 0, NaN or Inf gives e = 0.

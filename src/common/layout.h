@@ -78,7 +78,7 @@ struct BackwardOperands {
   Fp8Copy k_centered_t;    // token-major, natural order, from k - k_first(doc)
   Fp8Copy v;               // row-major (same exponents as v_t)
   Fp8Copy d_o;             // row-major, scale_mode blocks
-  Fp8Copy d_o_scaled_t;    // (dO / l), token-major, permuted, 64-query tile-aligned blocks
+  Fp8Copy d_o_scaled_t;    // dO fl(1/l), token-major, permuted, 64-query tile-aligned blocks
   float* delta = nullptr;  // D_i = 2^edo_i * (dÔ_i . O_i), [heads_q][total_q]
 };
 

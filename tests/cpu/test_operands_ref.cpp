@@ -114,10 +114,12 @@ TEST(BackwardOperands, CopiesFollowTheContract) {
     EXPECT_EQ(bwd.d_o.values, d_o.values);
     EXPECT_EQ(bwd.d_o.exponents, d_o.exponents);
 
-    // dÔ'' = q8((dO / l) * 2^-ew), ew per 64-query tile-aligned block, permuted token-major.
+    // dÔ'' = q8((dO * fl(1/l)) * 2^-ew), ew per 64-query tile-aligned block, permuted
+    // token-major (l > 0 here).
     const Fp8Tensor d_o_scaled = quantize(
         [&](int t, int h, int d) {
-          return in.d_o.at(t, h, d) / f.softmax_stats[(size_t(h) * p.total_q() + t) * 2 + 1];
+          const float l = f.softmax_stats[(size_t(h) * p.total_q() + t) * 2 + 1];
+          return in.d_o.at(t, h, d) * (1.0f / l);
         },
         p.total_q(), p.heads_q, p.head_dim,
         tile_aligned_blocks(p.cu_seqlens_q, kDoScaledBlockTokens));

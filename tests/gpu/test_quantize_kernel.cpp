@@ -53,7 +53,9 @@ class InputGenerator {
   }
   // {M, l} per (head, query): l spans many magnitudes; some rows have l = 0 (no visible key).
   // Rows whose dO / l are exact E4M3 ties: l = (3, 5 or 7) * 2^k and dO = tie * l, both exact
-  // in BF16/FP32, so only an IEEE division (not x * (1 / l)) gives the tie back.
+  // in BF16/FP32. An IEEE division gives the tie back, the contract's dO * fl(1/l) (numerics §3)
+  // a value one FP32 ulp beside it, which E4M3 rounds the other way half the time: the two
+  // rules give different bytes here, so these rows tell them apart.
   void divided_ties(ref::HostTensor& d_o, std::vector<float>& stats) {
     constexpr int kOdd[] = {3, 5, 7};
     for (int t = 0; t < d_o.tokens; ++t)
@@ -187,6 +189,13 @@ DeviceBuffer<float> poisoned_floats(size_t count) {
   DeviceBuffer<float> buffer(count);
   buffer.poison(kFloatPoison);
   return buffer;
+}
+
+// FP32 values as bits (NaN compares equal to itself).
+std::vector<uint32_t> float_bits_of(const std::vector<float>& values) {
+  std::vector<uint32_t> bits(values.size());
+  for (size_t i = 0; i < values.size(); ++i) bits[i] = float_bits(values[i]);
+  return bits;
 }
 
 // ---- Comparison ------------------------------------------------------------------------------
@@ -408,6 +417,26 @@ std::vector<QuantizeCase> quantize_cases() {
        KeySmoothing::kNone,
        Layout::kPadded},
       {"long_document_d64_exact", {4100, 1}, {}, 2, 1, 64, ScaleMode::kExact},
+      // Documents whose dO'' blocks (64 queries from floor16(start)) straddle the 128-token
+      // tiles: the dO job's halo, on the gradient token kernel and on the general one.
+      {"misaligned_documents_d128_exact",
+       {48, 300, 5, 250},
+       {},
+       4,
+       2,
+       128,
+       ScaleMode::kExact,
+       KeySmoothing::kNone,
+       Layout::kPadded},
+      {"misaligned_documents_d64_exact_head_major",
+       {33, 200, 77, 129},
+       {},
+       4,
+       2,
+       64,
+       ScaleMode::kExact,
+       KeySmoothing::kNone,
+       Layout::kHeadMajor},
   };
   // The backward's fused rebuild of the forward copies on some cases.
   for (size_t i = 0; i < cases.size(); i += 2) cases[i].fused_forward = true;
@@ -692,8 +721,9 @@ TEST_P(QuantizeKernelTest, GeneralKernelBackwardMatchesReference) {
   check_backward(GetParam(), true);
 }
 
-// fp8-bf16grad's extras (numerics §5 step 10): D from the BF16 dO (quantize pass option) and the
-// BF16 copy of k - k_first(doc) that its dQ reads (launch_center_keys_bf16), bit for bit.
+// fp8-bf16grad's extras (numerics §5 step 10): D from the BF16 dO (quantize pass option; on both
+// kernels that run the dO job) and the BF16 copy of k - k_first(doc) that its dQ reads
+// (launch_center_keys_bf16), bit for bit.
 TEST_P(QuantizeKernelTest, Bf16GradExtrasMatchReference) {
   const QuantizeCase& c = GetParam();
   CaseData data(c);
@@ -701,13 +731,19 @@ TEST_P(QuantizeKernelTest, Bf16GradExtrasMatchReference) {
   const int tq = p.total_q(), tk = p.total_k(), dim = c.head_dim;
   const DeviceInputs in(data, c.layout);
 
+  DeviceCopy d_o_hat(row_major_bytes(tq, c.heads_q, dim), c.heads_q, tq);
   DeviceCopy d_o_scaled_t(token_major_bytes(tq, c.heads_q, dim), c.heads_q, tq);
   DeviceBuffer<float> delta = poisoned_floats(size_t(c.heads_q) * tq);
-  QuantizeBackwardArgs args = in.backward_args(data, c.mode);
-  args.out.d_o_scaled_t = d_o_scaled_t.copy();
-  args.out.delta = delta.get();
-  args.delta_from_bf16_d_o = true;
-  FLAMIA_CUDA_OK(launch_quantize_backward(args, nullptr));
+  DeviceBuffer<float> general_delta = poisoned_floats(size_t(c.heads_q) * tq);
+  for (DeviceBuffer<float>* out : {&delta, &general_delta}) {
+    QuantizeBackwardArgs args = in.backward_args(data, c.mode);
+    args.out.d_o = d_o_hat.copy();
+    args.out.d_o_scaled_t = d_o_scaled_t.copy();
+    args.out.delta = out->get();
+    args.delta_from_bf16_d_o = true;
+    args.general_kernel_only = out == &general_delta;
+    FLAMIA_CUDA_OK(launch_quantize_backward(args, nullptr));
+  }
 
   DeviceBuffer<uint16_t> centered(size_t(tk) * c.heads_kv * dim);
   FLAMIA_CUDA_OK(poison_device(centered.get(), centered.size() * sizeof(uint16_t)));
@@ -724,6 +760,8 @@ TEST_P(QuantizeKernelTest, Bf16GradExtrasMatchReference) {
         bound[size_t(h) * tq + t] +=
             std::fabs(double(data.inputs.d_o.at(t, h, d)) * double(data.o.at(t, h, d)));
   expect_sums_close("delta (BF16 dO)", delta.download(), want.delta_bf16, bound, kDotTolerance);
+  expect_sums_close("delta (BF16 dO, general kernel)", general_delta.download(), want.delta_bf16,
+                    bound, kDotTolerance);
 
   const std::vector<uint16_t> got = centered.download();
   size_t bad = 0;
@@ -824,8 +862,9 @@ TEST(QuantizeKernel, DeviceStatusSkipsAllWork) {
   EXPECT_TRUE(all_bytes(delta.download(), kFloatPoison));
 }
 
-// The same for the token-scale kernel (exact, no smoothing: every forward job runs on it).
-TEST(QuantizeKernel, DeviceStatusStopsTheTokenScaleKernel) {
+// The same for the register kernels (exact, no smoothing: every forward job runs on the
+// token-scale kernel, the backward's dO job on the gradient token kernel).
+TEST(QuantizeKernel, DeviceStatusStopsTheRegisterKernels) {
   FLAMIA_REQUIRE_SM90();
   const QuantizeCase c = {"status_token_scale", kAwkwardDocs, {}, 4, 2, 128, ScaleMode::kExact};
   CaseData data(c);
@@ -842,21 +881,39 @@ TEST(QuantizeKernel, DeviceStatusStopsTheTokenScaleKernel) {
   fwd.device_status = status.get();
   FLAMIA_CUDA_OK(launch_quantize_forward(fwd, nullptr));
   FLAMIA_CUDA_OK(cudaDeviceSynchronize());
-  for (const DeviceCopy* copy : {&out.q_hat, &out.k_hat, &out.v_hat_t}) {
+  // The backward's dO job in exact mode runs on the gradient token kernel.
+  const int tq = data.problem.total_q();
+  DeviceCopy d_o_hat(row_major_bytes(tq, c.heads_q, c.head_dim), c.heads_q, tq);
+  DeviceCopy d_o_scaled_t(token_major_bytes(tq, c.heads_q, c.head_dim), c.heads_q, tq);
+  DeviceBuffer<float> delta = poisoned_floats(size_t(c.heads_q) * tq);
+  QuantizeBackwardArgs bwd = in.backward_args(data, c.mode);
+  bwd.out.d_o = d_o_hat.copy();
+  bwd.out.d_o_scaled_t = d_o_scaled_t.copy();
+  bwd.out.delta = delta.get();
+  bwd.device_status = status.get();
+  FLAMIA_CUDA_OK(launch_quantize_backward(bwd, nullptr));
+  FLAMIA_CUDA_OK(cudaDeviceSynchronize());
+  for (const DeviceCopy* copy : {&out.q_hat, &out.k_hat, &out.v_hat_t, &d_o_hat, &d_o_scaled_t}) {
     for (uint8_t byte : copy->values.download()) ASSERT_EQ(byte, kValuePoison);
     for (int8_t e : copy->exponents.download()) ASSERT_EQ(uint8_t(e), uint8_t(kExponentPoison));
   }
+  for (uint32_t bits : float_bits_of(delta.download())) ASSERT_EQ(bits, 0xFFFFFFFFu);
 }
 
 // Rows with NaN, infinities and signed zeros: the token-scale kernel's packed amax (max.bf16x2,
 // NaN ignored) gives the general kernel's exponents, bytes and KV amax outputs (fmaxf over FP32,
 // NaN ignored), with exact and with static scales.
+// BF16 bit patterns of the non-finite and signed-zero inputs below.
+namespace bf16_bits {
+constexpr uint16_t kNaN = 0x7FC0, kNegativeNaN = 0xFFC1, kInf = 0x7F80, kNegativeInf = 0xFF80,
+                   kNegativeZero = 0x8000;
+}  // namespace bf16_bits
+
 TEST(QuantizeKernel, TokenScaleKernelMatchesTheGeneralOneOnNonFiniteInputs) {
   FLAMIA_REQUIRE_SM90();
   const QuantizeCase c = {"non_finite", kAwkwardDocs, {}, 4, 2, 128, ScaleMode::kExact};
   CaseData data(c);
-  constexpr uint16_t kNaN = 0x7FC0, kNegativeNaN = 0xFFC1, kInf = 0x7F80, kNegativeInf = 0xFF80,
-                     kNegativeZero = 0x8000;
+  using namespace bf16_bits;
   for (ref::HostTensor* t : {&data.inputs.q, &data.inputs.k, &data.inputs.v}) {
     const int h = t->heads - 1;
     for (int d = 0; d < t->dim; ++d) {
@@ -906,6 +963,74 @@ TEST(QuantizeKernel, TokenScaleKernelMatchesTheGeneralOneOnNonFiniteInputs) {
     for (size_t i = 0; i < want_amax.size(); ++i) {
       EXPECT_EQ(float_bits(got_amax[i]), float_bits(want_amax[i])) << "kv_amax " << i;
       EXPECT_FALSE(std::isnan(got_amax[i])) << "kv_amax " << i;
+    }
+  }
+}
+
+// The dO job on the gradient token kernel and on the general kernel's gradient instance: the
+// same dÔ, dO''ᵀ, exponents and delta bit for bit (both delta rules), and the dQ buffer's rows
+// zeroed, on rows of dO with NaN, infinities and signed zeros, and rows whose l is 0, infinite
+// or NaN (r = fl(1/l) is 0 for the first two), inside dO'' blocks that straddle tiles.
+TEST(QuantizeKernel, GradientTokenKernelMatchesTheGeneralOneOnNonFiniteInputs) {
+  FLAMIA_REQUIRE_SM90();
+  constexpr float kInfinity = std::numeric_limits<float>::infinity();
+  for (const int dim : {64, 128}) {
+    SCOPED_TRACE("head dim " + std::to_string(dim));
+    const QuantizeCase c = {"non_finite_d_o", {48, 300, 5, 250}, {}, 4, 2, dim, ScaleMode::kExact};
+    CaseData data(c);
+    const int tq = data.problem.total_q();
+    ref::HostTensor& d_o = data.inputs.d_o;
+    for (int d = 0; d < dim; ++d) {
+      d_o.bits[d_o.index(0, 0, d)] = bf16_bits::kNaN;                                // NaN only
+      d_o.bits[d_o.index(1, 3, d)] = d % 2 ? bf16_bits::kNegativeZero : uint16_t(0);  // zeros
+    }
+    d_o.bits[d_o.index(120, 1, 5)] = bf16_bits::kNegativeNaN;  // a block straddling tile 1
+    d_o.bits[d_o.index(130, 2, dim - 1)] = bf16_bits::kInf;
+    d_o.bits[d_o.index(131, 0, 0)] = bf16_bits::kNegativeInf;
+    auto l_at = [&](int t, int head) -> float& {
+      return data.stats[(size_t(head) * tq + t) * kSoftmaxStatsPerRow + 1];
+    };
+    l_at(2, 0) = 0.0f;
+    l_at(127, 1) = 0.0f;
+    l_at(129, 2) = kInfinity;
+    l_at(140, 3) = std::numeric_limits<float>::quiet_NaN();
+    const DeviceInputs in(data, c.layout);
+    for (const bool from_input : {false, true}) {
+      SCOPED_TRACE(from_input ? "delta from the BF16 dO" : "delta from dÔ");
+      struct Outputs {
+        DeviceCopy d_o_hat, d_o_scaled_t;
+        DeviceBuffer<float> delta, dq;
+      };
+      auto outputs = [&] {
+        return Outputs{DeviceCopy(row_major_bytes(tq, c.heads_q, dim), c.heads_q, tq),
+                       DeviceCopy(token_major_bytes(tq, c.heads_q, dim), c.heads_q, tq),
+                       poisoned_floats(size_t(c.heads_q) * tq),
+                       poisoned_floats(size_t(c.heads_q) * tq * dim)};
+      };
+      Outputs general = outputs(), token = outputs();
+      for (Outputs* out : {&general, &token}) {
+        QuantizeBackwardArgs args = in.backward_args(data, c.mode);
+        args.out.d_o = out->d_o_hat.copy();
+        args.out.d_o_scaled_t = out->d_o_scaled_t.copy();
+        args.out.delta = out->delta.get();
+        args.delta_from_bf16_d_o = from_input;
+        args.dq_buffer = out->dq.get();
+        args.dq_row_floats = dim;
+        args.general_kernel_only = out == &general;
+        FLAMIA_CUDA_OK(launch_quantize_backward(args, nullptr));
+      }
+      FLAMIA_CUDA_OK(cudaDeviceSynchronize());
+      EXPECT_EQ(token.d_o_hat.values.download(), general.d_o_hat.values.download());
+      EXPECT_EQ(token.d_o_hat.exponents.download(), general.d_o_hat.exponents.download());
+      EXPECT_EQ(token.d_o_scaled_t.values.download(), general.d_o_scaled_t.values.download());
+      EXPECT_EQ(token.d_o_scaled_t.exponents.download(),
+                general.d_o_scaled_t.exponents.download());
+      EXPECT_EQ(float_bits_of(token.delta.download()), float_bits_of(general.delta.download()));
+      for (const Outputs* out : {&general, &token}) {
+        const std::vector<uint32_t> dq = float_bits_of(out->dq.download());
+        EXPECT_EQ(std::count(dq.begin(), dq.end(), 0u), std::ptrdiff_t(dq.size()))
+            << (out == &general ? "general" : "gradient token") << " kernel: dQ rows not zeroed";
+      }
     }
   }
 }

@@ -6,7 +6,6 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
-#include "kernels/quantize/chunk_division.cuh"
 #include "kernels/quantize/quantize_job.h"
 
 namespace flamia::quantize {
@@ -54,17 +53,30 @@ __device__ __forceinline__ void load_vector_chunk(const float* v, float (&x)[kCh
   for (int i = 0; i < kChunkChannels; ++i) x[i] = __ldg(v + i);
 }
 
+// x * r for one token's chunk, r = inverse_l_factor(l) (the dO'' copy, numerics §3): 0 where
+// r = 0 (a row with no visible key).
+template <int N>
+__device__ __forceinline__ void scale_by_inverse_l(float (&x)[N], float r) {
+  if (r == 0.0f) {
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] = 0.0f;
+  } else {
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] = __fmul_rn(x[i], r);
+  }
+}
+
 // The transform of a copy, applied in FP32 exactly as the reference's element source does:
-// one subtraction (x - m) or one IEEE division (x / l; a row with l = 0 has no visible key and
-// gets 0). `shift` is m for the subtract kinds.
+// one subtraction (x - m) or one product by r = fl(1/l). `shift` is m for the subtract kinds,
+// `inverse_l` is r for x * r.
 __device__ __forceinline__ void apply_transform(Transform transform,
-                                                const float (&shift)[kChunkChannels], float l,
-                                                float (&x)[kChunkChannels]) {
+                                                const float (&shift)[kChunkChannels],
+                                                float inverse_l, float (&x)[kChunkChannels]) {
   if (transform == Transform::kSubtractFirstKey || transform == Transform::kSubtractVector) {
 #pragma unroll
     for (int i = 0; i < kChunkChannels; ++i) x[i] = __fsub_rn(x[i], shift[i]);
-  } else if (transform == Transform::kDivideByL) {
-    divide_chunk(x, l);
+  } else if (transform == Transform::kTimesInverseL) {
+    scale_by_inverse_l(x, inverse_l);
   }
 }
 

@@ -24,7 +24,7 @@ struct QuantizeForwardArgs {
   ForwardOperands out;  // q, k, v_t (+ lse_shift when smoothing; zeros when kNone)
   const int32_t* device_status = nullptr;  // skip all work when non-zero
   HeadRange heads;                   // quantize only these heads (of every tensor and output above)
-  bool general_kernel_only = false;  // tests: no job on the token-scale kernel (the same bytes)
+  bool general_kernel_only = false;  // tests: no job on the register kernels (the same bytes)
   // Optional, zeroed by the caller: [2][heads_kv] FP32, the max |K̂'s input| and |v| per KV
   // head over the tokens (atomic maxima: any number of passes may add to it).
   float* kv_amax = nullptr;

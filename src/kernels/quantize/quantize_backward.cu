@@ -2,7 +2,7 @@
 //   Q  -> Q̂ᵀ token-major permuted (+ Q̂ row-major and the LSE shift, when fwd_out asks),
 //   K  -> K̂cᵀ token-major natural from k - k_first (+ K̂ row-major from k - m),
 //   V  -> V̂ row-major (+ V̂ᵀ token-major permuted),
-//   dO -> dÔ row-major (scale_mode blocks) and dO''ᵀ = (dO / l)ᵀ token-major permuted
+//   dO -> dÔ row-major (scale_mode blocks) and dO''ᵀ = (dO fl(1/l))ᵀ token-major permuted
 //         (64-query tile-aligned blocks), plus delta from dÔ (fp8-bf16grad: dO) and O; and
 //         zeroes its tokens' rows of the backward's FP32 dQ buffer when given.
 #include "kernels/quantize/quantize.h"
@@ -88,7 +88,7 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
   d_o_hat.exponents[0] = out.d_o.exponents;
   add_copy(d_o, d_o_hat, /*keep=*/out.delta != nullptr);
   CopySpec d_o_scaled;
-  d_o_scaled.transform = Transform::kDivideByL;
+  d_o_scaled.transform = Transform::kTimesInverseL;
   d_o_scaled.blocks = BlockKind::kTile64;
   d_o_scaled.order = TokenOrder::kPermuted;
   d_o_scaled.token_major = out.d_o_scaled_t.values;

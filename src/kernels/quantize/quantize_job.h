@@ -35,7 +35,7 @@ enum class Transform : uint8_t {
   kIdentity = 0,
   kSubtractFirstKey = 1,  // x - x[first token of the document] (same tensor, same head)
   kSubtractVector = 2,    // x - shift_vector[head][:]
-  kDivideByL = 3,         // x / l (IEEE; 0 where l = 0), l = softmax_stats[head][token][1]
+  kTimesInverseL = 3,     // x * fl(1/l) (0 where l = 0), l = softmax_stats[head][token][1]
 };
 enum class BlockKind : uint8_t {
   kToken = 0,    // one token (exact mode)
@@ -100,7 +100,7 @@ struct TensorJob {
   int num_copies = 0;
   CopySpec copy[kMaxCopies];
   const float* shift_vector = nullptr;   // kSubtractVector: [heads][D]
-  const float* softmax_stats = nullptr;  // kDivideByL: [heads][tokens][2]
+  const float* softmax_stats = nullptr;  // kTimesInverseL: [heads][tokens][2]
   LseShiftSpec lse_shift;
   DeltaSpec delta;
   ZeroRowsSpec zero_rows;  // gradient kernel only

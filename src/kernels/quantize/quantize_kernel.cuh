@@ -20,6 +20,7 @@
 #include "common/views.h"
 #include "kernels/quantize/document_lookup.cuh"
 #include "kernels/quantize/element_convert.cuh"
+#include "kernels/quantize/gradient_extras.cuh"
 #include "kernels/quantize/layout_writers.cuh"
 #include "kernels/quantize/own_loads.cuh"
 #include "kernels/quantize/quantize_job.h"
@@ -62,34 +63,6 @@ struct QuantizeShared {
   int32_t cu_slice[kDocSliceCapacity];
   int8_t exponent[kMaxCopies][kTileTokens];
 };
-
-// Token j's chunk of one slice in one of the thread's own input buffers.
-template <int kThreads>
-struct OwnChunks {
-  const uint4 (*vectors)[kThreads];  // already offset to the slice
-  int tid;
-  __device__ __forceinline__ Bf16Chunk operator()(int j) const {
-    return {{vectors[kChunkVectors * j][tid], vectors[kChunkVectors * j + 1][tid]}};
-  }
-};
-template <int kThreads>
-__device__ __forceinline__ OwnChunks<kThreads> own_chunks(const uint4 (*vectors)[kThreads],
-                                                          int slice, int tid) {
-  return {vectors + slice * kQuadTokens * kChunkVectors, tid};
-}
-struct RegisterChunk {
-  Bf16Chunk chunk;
-  __device__ __forceinline__ Bf16Chunk operator()(int) const { return chunk; }
-};
-
-// Stores the loads into the thread's own vectors (only this thread reads them).
-template <int kHeadDim>
-__device__ __forceinline__ void park_own_chunks(const OwnLoads<kHeadDim>& loads,
-                                                uint4 (*vectors)[TileGeometry<kHeadDim>::kThreads],
-                                                int tid) {
-#pragma unroll
-  for (int i = 0; i < OwnLoads<kHeadDim>::kVectors; ++i) vectors[i][tid] = loads.v[i];
-}
 
 // Dots q . m of the thread's tokens (m per §4.1) -> shared per-token sums.
 template <int kHeadDim, bool kGradient>
@@ -145,51 +118,6 @@ __device__ __forceinline__ float lse_shift_value(const TensorJob& job, int local
   const int b = s.doc_index[local];
   const bool has_keys = __ldg(spec.cu_seqlens_k + b + 1) > __ldg(spec.cu_seqlens_k + b);
   return has_keys ? __fmul_rn(spec.softmax_scale, s.partial[local]) : 0.0f;
-}
-
-// A copy of v the compiler cannot see through: addresses derived from it inside a loop are
-// recomputed there instead of being hoisted out and kept live (which spilled them).
-__device__ __forceinline__ int opaque(int v) {
-  asm volatile("" : "+r"(v));
-  return v;
-}
-
-// Adds v . O of token j's chunk to sum (delta from the BF16 dO, numerics §5 step 10).
-template <int kThreads>
-__device__ __forceinline__ float add_input_delta_dot(const OwnChunks<kThreads>& o, int j,
-                                                     const float (&v)[kChunkChannels], float sum) {
-  float ov[kChunkChannels];
-  unpack_chunk(o(j), ov);
-#pragma unroll
-  for (int c = 0; c < kChunkChannels; ++c) sum = __fmaf_rn(v[c], ov[c], sum);
-  return sum;
-}
-
-// Adds decode(codes) . O of token j's chunk to sum (delta, numerics §5 step 3).
-template <int kThreads>
-__device__ __forceinline__ float add_delta_dot(const OwnChunks<kThreads>& o, int j,
-                                               const uint32_t (&codes)[kCodeWords], float sum) {
-  float ov[kChunkChannels];
-  unpack_chunk(o(j), ov);
-#pragma unroll
-  for (int w = 0; w < kCodeWords; ++w) {
-    float dec[4];
-    decode_word(codes[w], dec);
-#pragma unroll
-    for (int b = 0; b < 4; ++b) sum = __fmaf_rn(dec[b], ov[4 * w + b], sum);
-  }
-  return sum;
-}
-
-// The tile's rows of `spec` (one contiguous range: [head][tile_begin, + count)), as 16-byte
-// zero stores; nothing waits for them.
-__device__ __forceinline__ void zero_rows(const ZeroRowsSpec& spec, int head, int tokens,
-                                          int tile_begin, int count, int tid, int threads) {
-  constexpr int kFloatsPerStore = 4;
-  auto* rows = reinterpret_cast<float4*>(spec.base +
-                                         (int64_t(head) * tokens + tile_begin) * spec.row_floats);
-  const int stores = count * spec.row_floats / kFloatsPerStore;
-  for (int i = tid; i < stores; i += threads) rows[i] = make_float4(0.f, 0.f, 0.f, 0.f);
 }
 
 template <int kHeadDim, bool kGradient>
@@ -273,7 +201,7 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   }
 
   // ---- 3. per-token amax --------------------------------------------------------------------
-  // A copy whose amax is of the untransformed |x| (the identity; x / l, divided afterwards)
+  // A copy whose amax is of the untransformed |x| (the identity; x * fl(1/l), multiplied after)
   // reuses the previous copy's when that one's is too (the dO job's two copies).
   float combined[kQuadTokens] = {};
   bool combined_untransformed = false;

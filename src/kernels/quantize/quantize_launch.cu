@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "kernels/quantize/quantize.h"
+#include "kernels/quantize/gradient_token_kernel.cuh"
 #include "kernels/quantize/quantize_kernel.cuh"
 #include "kernels/quantize/quantize_launch.h"
 #include "kernels/quantize/token_scale_kernel.cuh"
@@ -30,11 +31,11 @@ bool source_valid(const TensorSource& src) {
          src.head_stride % kStrideMultiple == 0;
 }
 
-// The gradient kernel serves jobs with delta or an x / l copy (dO); the other kernel the rest.
+// The gradient kernel serves jobs with delta or an x * fl(1/l) copy (dO); the other kernel the rest.
 bool is_gradient_job(const TensorJob& job) {
   if (job.delta.out != nullptr) return true;
   for (int k = 0; k < job.num_copies; ++k)
-    if (job.copy[k].transform == Transform::kDivideByL) return true;
+    if (job.copy[k].transform == Transform::kTimesInverseL) return true;
   return false;
 }
 
@@ -46,7 +47,7 @@ bool job_valid(const TensorJob& job) {
     const CopySpec& copy = job.copy[k];
     if (!aligned(copy.row_major) || !aligned(copy.token_major)) return false;
     if (copy.transform == Transform::kSubtractVector && job.shift_vector == nullptr) return false;
-    if (copy.transform == Transform::kDivideByL && job.softmax_stats == nullptr) return false;
+    if (copy.transform == Transform::kTimesInverseL && job.softmax_stats == nullptr) return false;
   }
   const LseShiftSpec& lse = job.lse_shift;
   if (lse.out != nullptr) {
@@ -101,8 +102,21 @@ cudaError_t launch_token_scale_kernel(const JobBatch& batch, cudaStream_t stream
   return cudaGetLastError();
 }
 
-// Head dims the token-scale kernel is built for (its loads fit its registers).
-bool token_scale_head_dim(int head_dim) {
+template <int kHeadDim>
+cudaError_t launch_gradient_token_kernel(const JobBatch& batch, cudaStream_t stream) {
+  const auto kernel = gradient_token_kernel<kHeadDim>;
+  const int smem_bytes = int(sizeof(GradientTokenShared<kHeadDim>));
+  const cudaError_t status =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
+  if (status != cudaSuccess) return status;
+  kernel<<<unsigned(batch.cta_begin[batch.count]), TileGeometry<kHeadDim>::kThreads, smem_bytes,
+           stream>>>(batch);
+  return cudaGetLastError();
+}
+
+// Head dims the register kernels (token-scale, gradient token) are built for (their loads fit
+// their registers).
+bool register_kernel_head_dim(int head_dim) {
   return head_dim == 64 || head_dim == 128;
 }
 
@@ -145,14 +159,15 @@ cudaError_t launch_tensor_jobs(TensorJob* jobs, int count, int head_dim, cudaStr
   }
   // The plain jobs in one launch per kernel (they are independent of each other): those the
   // token-scale kernel takes, and the others on the general kernel; then each gradient job in a
-  // launch of its own (the gradient kernel reads its one job at constant offsets: indexed by
-  // the CTA, its fields cost it 5% in session 13's A/B).
+  // launch of its own, on the gradient token kernel when it takes it, else on the general
+  // kernel's gradient instance (both read their one job at constant offsets: indexed by the
+  // CTA, its fields cost the general kernel 5% in session 13's A/B).
   JobBatch token_scale, plain;
   int64_t token_scale_ctas = 0, plain_ctas = 0;
-  const bool token_scale_dim = !general_kernel_only && token_scale_head_dim(head_dim);
+  const bool register_dim = !general_kernel_only && register_kernel_head_dim(head_dim);
   for (int n = 0; n < count; ++n) {
     if (!job_has_work(jobs[n]) || is_gradient_job(jobs[n])) continue;
-    const bool appended = token_scale_dim && token_scale_kernel_takes(jobs[n])
+    const bool appended = register_dim && token_scale_kernel_takes(jobs[n])
                               ? append_job(token_scale, token_scale_ctas, jobs[n])
                               : append_job(plain, plain_ctas, jobs[n]);
     if (!appended) return cudaErrorInvalidValue;
@@ -173,7 +188,13 @@ cudaError_t launch_tensor_jobs(TensorJob* jobs, int count, int head_dim, cudaStr
     single.job[0] = jobs[n];
     single.count = 1;
     single.cta_begin[1] = int(cta_count(jobs[n]));
-    const cudaError_t status = launch_batch(single, head_dim, /*gradient=*/true, stream);
+    cudaError_t status;
+    if (register_dim && gradient_token_kernel_takes(jobs[n])) {
+      status = head_dim == 64 ? launch_gradient_token_kernel<64>(single, stream)
+                              : launch_gradient_token_kernel<128>(single, stream);
+    } else {
+      status = launch_batch(single, head_dim, /*gradient=*/true, stream);
+    }
     if (status != cudaSuccess) return status;
   }
   return cudaSuccess;

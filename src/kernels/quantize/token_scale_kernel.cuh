@@ -1,16 +1,18 @@
 // The token-scale kernel: the quantize pass's common case in one read and no shared-memory round
-// trip, at head dims 64 and 128 (256 stays on the general kernel). It takes the jobs whose every
-// copy quantizes x itself (no transform) with BlockKind::kToken exponents: each token's own
+// trip, at head dims 64 and 128 (256 stays on the general kernel). It takes the jobs with one
+// copy that quantizes x itself (no transform) with BlockKind::kToken exponents: each token's own
 // (`exact`) or its head's static one (`static`), without the LSE shift, documents or the
 // gradient's extras (token_scale_kernel_takes): the forward's Q, K and V without key smoothing,
-// and the Q and V jobs of a training forward. Per thread, as the general
-// kernel's geometry (tile_geometry.cuh: 4 tokens x 16 channels of one head):
+// and the Q and V jobs of a training forward (one copy each, in one or both layouts). Per
+// thread, as the general kernel's geometry (tile_geometry.cuh: 4 tokens x 16 channels of one
+// head):
 //  1. the loads stay in registers;
 //  2. each token's amax from the packed BF16 pairs (max.bf16x2 of |x|: 1 instruction per pair,
 //     NaN ignored as fmaxf ignores it), combined over the warp's lanes of the token;
-//  3. per copy, the exponent (scale_exponent, or the static one) and the values
-//     q8(x * 2^-e) from the same registers: row-major stored straight away, token-major staged
-//     and written out as the general kernel does (layout_writers.cuh).
+//  3. the exponent (scale_exponent, or the static one) and the values q8(x * 2^-e) from the
+//     same registers, token by token (each token's loads die with its codes): row-major stored
+//     straight away, token-major staged and written out as the general kernel does
+//     (layout_writers.cuh).
 // The general kernel (quantize_kernel.cuh) parks its loads in shared memory and reads them back
 // for the amax and again for the values, with the copies' transforms, block kinds and extras
 // decided at run time: ~16 thread instructions per element (ncu, session 32), issue-bound. The
@@ -33,20 +35,17 @@ namespace flamia::quantize {
 
 // Whether the token-scale kernel computes what the general kernel would for `job` (host side).
 inline bool token_scale_kernel_takes(const TensorJob& job) {
-  if (job.num_copies == 0 || job.lse_shift.out != nullptr || job.delta.out != nullptr ||
+  if (job.num_copies != 1 || job.lse_shift.out != nullptr || job.delta.out != nullptr ||
       job.zero_rows.base != nullptr)
     return false;
-  for (int k = 0; k < job.num_copies; ++k) {
-    const CopySpec& copy = job.copy[k];
-    if (copy.transform != Transform::kIdentity || copy.blocks != BlockKind::kToken) return false;
-  }
-  return true;
+  return job.copy[0].transform == Transform::kIdentity && job.copy[0].blocks == BlockKind::kToken;
 }
 
 // Registers: the tile's loads (32), one token's unpacked values (16) and the 4 tokens' codes
-// for the token-major transpose (16) live together with the addresses: 128 (2 CTAs per SM at
-// head dim 128, 4 at 64; at 96, 80 ptxas spills).
-constexpr int kTokenScaleRegisters = 128;
+// for the token-major transpose (16) live together with the addresses: 80, 3 CTAs per SM at
+// head dim 128 and 6 at 64 (session 32's loop over copies kept every load live across it: 128
+// registers, 2 CTAs per SM, and spills at 96).
+constexpr int kTokenScaleRegisters = 80;
 
 template <int kHeadDim>
 constexpr int token_scale_min_blocks() {
@@ -59,39 +58,6 @@ template <int kHeadDim>
 struct TokenScaleShared {
   alignas(16) uint8_t stage[TileGeometry<kHeadDim>::kStageBytes];
 };
-
-// max(a, b) per BF16 half (max.bf16x2: a NaN half yields the other operand's half).
-__device__ __forceinline__ uint32_t max_bf16x2(uint32_t a, uint32_t b) {
-  uint32_t d;
-  asm("max.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
-
-// v, as a value the compiler cannot see through: the unpacking that follows stays inside the
-// copy loop instead of being hoisted out of it with all 64 unpacked values kept live (spills).
-__device__ __forceinline__ uint4 in_loop(uint4 v) {
-  asm volatile("" : "+r"(v.x), "+r"(v.y), "+r"(v.z), "+r"(v.w));
-  return v;
-}
-
-// max |x| over token j's chunk of every slice, as FP32 (exact: BF16 values).
-template <int kHeadDim>
-__device__ __forceinline__ float token_chunk_amax(const OwnLoads<kHeadDim>& loads, int j) {
-  constexpr uint32_t kAbsPair = 0x7FFF7FFFu;
-  uint32_t m = 0u;
-#pragma unroll
-  for (int n = 0; n < TileGeometry<kHeadDim>::kSlices; ++n) {
-#pragma unroll
-    for (int h = 0; h < kChunkVectors; ++h) {
-      const uint4 v = loads.v[(n * kQuadTokens + j) * kChunkVectors + h];
-      m = max_bf16x2(m, v.x & kAbsPair);
-      m = max_bf16x2(m, v.y & kAbsPair);
-      m = max_bf16x2(m, v.z & kAbsPair);
-      m = max_bf16x2(m, v.w & kAbsPair);
-    }
-  }
-  return fmaxf(__uint_as_float(m << 16), __uint_as_float(m & 0xFFFF0000u));
-}
 
 template <int kHeadDim>
 __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
@@ -124,57 +90,54 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
 
   __shared__ TokenScaleShared<kHeadDim> s;
   const int64_t exponent_row = int64_t(head) * tokens;
-#pragma unroll 1
-  for (int k = 0; k < job.num_copies; ++k) {
-    const CopySpec& copy = job.copy[k];
-    // ---- 3. exponents, amax output ---------------------------------------------------------
-    // (read once: the exponent stores below might alias it for all the compiler knows)
-    const bool static_scale = copy.static_exponents != nullptr;
-    const int head_exponent = static_scale ? static_scale_exponent(copy.static_exponents[head]) : 0;
-    int exponent[kQuadTokens];
+  const CopySpec& copy = job.copy[0];
+  // ---- 3. exponents, amax output -----------------------------------------------------------
+  // (read once: the exponent stores below might alias it for all the compiler knows)
+  const bool static_scale = copy.static_exponents != nullptr;
+  const int head_exponent = static_scale ? static_scale_exponent(copy.static_exponents[head]) : 0;
+  int exponent[kQuadTokens];
+#pragma unroll
+  for (int j = 0; j < kQuadTokens; ++j) {
+    exponent[j] =
+        static_scale ? head_exponent : scale_exponent(__uint_as_float(amax_bits(amax[j])));
+    if (set.valid(j) && g.sub_chunk == 0) {  // one lane per token writes its exponents
+#pragma unroll
+      for (int n = 0; n < kMaxExponentOutputs; ++n)
+        if (copy.exponents[n] != nullptr)
+          copy.exponents[n][exponent_row + set.token(j)] = int8_t(exponent[j]);
+    }
+  }
+  if (copy.amax_out != nullptr) {
+    uint32_t bits = 0u;
+#pragma unroll
+    for (int j = 0; j < kQuadTokens; ++j)
+      bits = max(bits, set.valid(j) ? amax_bits(amax[j]) : 0u);
+    add_warp_amax(bits, copy.amax_out + head);
+  }
+  // ---- 4. values ---------------------------------------------------------------------------
+#pragma unroll
+  for (int n = 0; n < Geometry::kSlices; ++n) {
+    const int chunk = g.chunk(n);
+    uint32_t codes[kQuadTokens][kCodeWords];
 #pragma unroll
     for (int j = 0; j < kQuadTokens; ++j) {
-      exponent[j] =
-          static_scale ? head_exponent : scale_exponent(__uint_as_float(amax_bits(amax[j])));
-      if (set.valid(j) && g.sub_chunk == 0) {  // one lane per token writes its exponents
+      float v[kChunkChannels];
+      unpack_chunk(Bf16Chunk{{in_loop(loads.v[(n * kQuadTokens + j) * kChunkVectors]),
+                              in_loop(loads.v[(n * kQuadTokens + j) * kChunkVectors + 1])}},
+                   v);
+      encode_chunk(v, exp2_int(-exponent[j]), codes[j]);
+      if (!set.valid(j)) {
 #pragma unroll
-        for (int n = 0; n < kMaxExponentOutputs; ++n)
-          if (copy.exponents[n] != nullptr)
-            copy.exponents[n][exponent_row + set.token(j)] = int8_t(exponent[j]);
+        for (int w = 0; w < kCodeWords; ++w) codes[j][w] = 0u;
+      } else if (copy.row_major != nullptr) {
+        store_row_major(copy.row_major, set.token(j), job.layout_heads, head, kHeadDim, chunk,
+                        codes[j]);
       }
     }
-    if (copy.amax_out != nullptr) {
-      uint32_t bits = 0u;
-#pragma unroll
-      for (int j = 0; j < kQuadTokens; ++j)
-        bits = max(bits, set.valid(j) ? amax_bits(amax[j]) : 0u);
-      add_warp_amax(bits, copy.amax_out + head);
-    }
-    // ---- 4. values -------------------------------------------------------------------------
-#pragma unroll
-    for (int n = 0; n < Geometry::kSlices; ++n) {
-      const int chunk = g.chunk(n);
-      uint32_t codes[kQuadTokens][kCodeWords];
-#pragma unroll
-      for (int j = 0; j < kQuadTokens; ++j) {
-        float v[kChunkChannels];
-        unpack_chunk(Bf16Chunk{{in_loop(loads.v[(n * kQuadTokens + j) * kChunkVectors]),
-                                in_loop(loads.v[(n * kQuadTokens + j) * kChunkVectors + 1])}},
-                     v);
-        encode_chunk(v, exp2_int(-exponent[j]), codes[j]);
-        if (!set.valid(j)) {
-#pragma unroll
-          for (int w = 0; w < kCodeWords; ++w) codes[j][w] = 0u;
-        } else if (copy.row_major != nullptr) {
-          store_row_major(copy.row_major, set.token(j), job.layout_heads, head, kHeadDim, chunk,
-                          codes[j]);
-        }
-      }
-      if (copy.token_major != nullptr) stage_codes(s.stage, g, chunk, copy.order, codes);
-    }
-    if (copy.token_major != nullptr)
-      flush_token_major<kHeadDim>(s.stage, copy.token_major, head, tile_begin, tokens);
+    if (copy.token_major != nullptr) stage_codes(s.stage, g, chunk, copy.order, codes);
   }
+  if (copy.token_major != nullptr)
+    flush_token_major<kHeadDim>(s.stage, copy.token_major, head, tile_begin, tokens);
 }
 
 }  // namespace flamia::quantize

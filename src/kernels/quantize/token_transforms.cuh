@@ -42,8 +42,10 @@ struct HaloToken {
   __device__ __forceinline__ int doc_begin(int) const { return doc; }
 };
 
-__device__ __forceinline__ float load_l(const TensorJob& job, int head, int token) {
-  return __ldg(job.softmax_stats + (int64_t(head) * job.tokens + token) * kSoftmaxStatsPerRow + 1);
+// r = fl(1/l) of a token (inverse_l_factor: 0 where l = 0).
+__device__ __forceinline__ float load_inverse_l(const TensorJob& job, int head, int token) {
+  return inverse_l_factor(
+      __ldg(job.softmax_stats + (int64_t(head) * job.tokens + token) * kSoftmaxStatsPerRow + 1));
 }
 
 template <Transform kTransform, int kHeadDim, typename Set, typename Source, typename Consume>
@@ -52,14 +54,15 @@ __device__ __forceinline__ void transform_tokens_as(const TensorJob& job, int he
                                                     Consume consume) {
   constexpr int N = Set::kCount;
   float shift[kChunkChannels] = {};
-  float l[N];
+  float inverse_l[N];
   if constexpr (kTransform == Transform::kSubtractVector) {
     load_vector_chunk(job.shift_vector + int64_t(head) * kHeadDim + chunk * kChunkChannels, shift);
   }
 #pragma unroll
   for (int j = 0; j < N; ++j) {
-    l[j] = kTransform == Transform::kDivideByL && set.valid(j) ? load_l(job, head, set.token(j))
-                                                               : 1.0f;
+    inverse_l[j] = kTransform == Transform::kTimesInverseL && set.valid(j)
+                       ? load_inverse_l(job, head, set.token(j))
+                       : 1.0f;
   }
   [[maybe_unused]] int shift_doc = -1;
 #pragma unroll
@@ -74,21 +77,21 @@ __device__ __forceinline__ void transform_tokens_as(const TensorJob& job, int he
     }
     float v[kChunkChannels];
     unpack_chunk(x(j), v);
-    apply_transform(kTransform, shift, l[j], v);
+    apply_transform(kTransform, shift, inverse_l[j], v);
     consume(j, v);
   }
 }
 
 // consume(j, float (&v)[kChunkChannels]) for each token j, with the copy's transform applied;
-// x(j) gives token j's BF16 chunk. Gradient jobs (dO) know only the identity and x / l; the
-// others all but x / l (its division's slow-path call costs registers the others need).
+// x(j) gives token j's BF16 chunk. Gradient jobs (dO) know only the identity and x * fl(1/l);
+// the others all but x * fl(1/l).
 template <int kHeadDim, bool kGradient, typename Set, typename Source, typename Consume>
 __device__ __forceinline__ void transform_tokens(Transform transform, const TensorJob& job,
                                                  int head, int chunk, const Set& set,
                                                  const Source& x, Consume consume) {
   if constexpr (kGradient) {
-    if (transform == Transform::kDivideByL) {
-      transform_tokens_as<Transform::kDivideByL, kHeadDim>(job, head, chunk, set, x, consume);
+    if (transform == Transform::kTimesInverseL) {
+      transform_tokens_as<Transform::kTimesInverseL, kHeadDim>(job, head, chunk, set, x, consume);
     } else {
       transform_tokens_as<Transform::kIdentity, kHeadDim>(job, head, chunk, set, x, consume);
     }
@@ -114,17 +117,18 @@ __device__ __forceinline__ void transform_tokens(Transform transform, const Tens
 // of one job have the same per-lane amax).
 template <bool kGradient>
 __device__ __forceinline__ bool amax_of_untransformed(Transform transform) {
-  return transform == Transform::kIdentity || (kGradient && transform == Transform::kDivideByL);
+  return transform == Transform::kIdentity ||
+         (kGradient && transform == Transform::kTimesInverseL);
 }
 
 // The thread's part of each token's amax, folded into amax[j] (fmaxf: NaN is ignored, as the
 // reference's std::max ignores it): of |x - m| for the subtract kinds, of |x| for the identity
-// and for x / l, which finish_amax divides after the lanes are combined.
+// and for x * fl(1/l), which finish_amax multiplies after the lanes are combined.
 template <int kHeadDim, bool kGradient, typename Set, typename Source>
 __device__ __forceinline__ void accumulate_amax(Transform transform, const TensorJob& job, int head,
                                                 int chunk, const Set& set, const Source& x,
                                                 float (&amax)[Set::kCount]) {
-  if (kGradient && transform == Transform::kDivideByL) {  // (amax_of_untransformed)
+  if (kGradient && transform == Transform::kTimesInverseL) {  // (amax_of_untransformed)
 #pragma unroll
     for (int j = 0; j < Set::kCount; ++j) {
       float v[kChunkChannels];
@@ -138,15 +142,15 @@ __device__ __forceinline__ void accumulate_amax(Transform transform, const Tenso
   }
 }
 
-// A token's amax from the combined lanes. For x / l: division by |l| is monotone and
-// |fl(x / l)| = fl(|x| / |l|), so fl(amax|x| / |l|) is exactly the amax of the quotients (and
-// 0 for l = 0, whose row is all zeros).
+// A token's amax from the combined lanes. For x * r (r = fl(1/l)): the product by |r| is
+// monotone and |fl(x r)| = fl(|x| |r|), so fl(amax|x| |r|) is exactly the amax of the products
+// (and 0 for r = 0, whose row is all zeros).
 template <bool kGradient, typename Set>
 __device__ __forceinline__ float finish_amax(Transform transform, const TensorJob& job, int head,
                                              const Set& set, int j, float combined) {
-  if (kGradient && transform == Transform::kDivideByL) {
-    const float l = set.valid(j) ? load_l(job, head, set.token(j)) : 1.0f;
-    return l == 0.0f ? 0.0f : __fdiv_rn(combined, fabsf(l));
+  if (kGradient && transform == Transform::kTimesInverseL) {
+    const float r = set.valid(j) ? load_inverse_l(job, head, set.token(j)) : 1.0f;
+    return r == 0.0f ? 0.0f : __fmul_rn(combined, fabsf(r));
   }
   return combined;
 }
