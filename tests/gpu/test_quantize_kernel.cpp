@@ -981,7 +981,7 @@ TEST(QuantizeKernel, GradientTokenKernelMatchesTheGeneralOneOnNonFiniteInputs) {
     const int tq = data.problem.total_q();
     ref::HostTensor& d_o = data.inputs.d_o;
     for (int d = 0; d < dim; ++d) {
-      d_o.bits[d_o.index(0, 0, d)] = bf16_bits::kNaN;                                // NaN only
+      d_o.bits[d_o.index(0, 0, d)] = bf16_bits::kNaN;                                 // NaN only
       d_o.bits[d_o.index(1, 3, d)] = d % 2 ? bf16_bits::kNegativeZero : uint16_t(0);  // zeros
     }
     d_o.bits[d_o.index(120, 1, 5)] = bf16_bits::kNegativeNaN;  // a block straddling tile 1
@@ -1023,8 +1023,7 @@ TEST(QuantizeKernel, GradientTokenKernelMatchesTheGeneralOneOnNonFiniteInputs) {
       EXPECT_EQ(token.d_o_hat.values.download(), general.d_o_hat.values.download());
       EXPECT_EQ(token.d_o_hat.exponents.download(), general.d_o_hat.exponents.download());
       EXPECT_EQ(token.d_o_scaled_t.values.download(), general.d_o_scaled_t.values.download());
-      EXPECT_EQ(token.d_o_scaled_t.exponents.download(),
-                general.d_o_scaled_t.exponents.download());
+      EXPECT_EQ(token.d_o_scaled_t.exponents.download(), general.d_o_scaled_t.exponents.download());
       EXPECT_EQ(float_bits_of(token.delta.download()), float_bits_of(general.delta.download()));
       for (const Outputs* out : {&general, &token}) {
         const std::vector<uint32_t> dq = float_bits_of(out->dq.download());

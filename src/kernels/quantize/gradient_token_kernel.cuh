@@ -44,9 +44,10 @@ inline bool gradient_token_kernel_takes(const TensorJob& job) {
   const bool plain_d_o_hat = d_o_hat.transform == Transform::kIdentity &&
                              d_o_hat.blocks == BlockKind::kToken && d_o_hat.row_major != nullptr &&
                              d_o_hat.token_major == nullptr;
-  const bool plain_d_o_scaled =
-      d_o_scaled.transform == Transform::kTimesInverseL && d_o_scaled.blocks == BlockKind::kTile64 &&
-      d_o_scaled.row_major == nullptr && d_o_scaled.token_major != nullptr;
+  const bool plain_d_o_scaled = d_o_scaled.transform == Transform::kTimesInverseL &&
+                                d_o_scaled.blocks == BlockKind::kTile64 &&
+                                d_o_scaled.row_major == nullptr &&
+                                d_o_scaled.token_major != nullptr;
   const bool extras = d_o_hat.static_exponents != nullptr || d_o_hat.amax_out != nullptr ||
                       d_o_scaled.static_exponents != nullptr || d_o_scaled.amax_out != nullptr;
   return plain_d_o_hat && plain_d_o_scaled && !extras;
@@ -172,7 +173,8 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   // The window: the tile plus the outside parts of the dO'' blocks that straddle its ends (in
   // the documents of the tile's first and last tokens); the clamps bind only for invalid
   // cu_seqlens: never read outside the tensor.
-  const TokenRange first = scale_block(BlockKind::kTile64, tile_begin, s.doc_begin[0], s.doc_end[0]);
+  const TokenRange first =
+      scale_block(BlockKind::kTile64, tile_begin, s.doc_begin[0], s.doc_end[0]);
   const TokenRange last = scale_block(BlockKind::kTile64, tile_end - 1, s.doc_begin[tile_count - 1],
                                       s.doc_end[tile_count - 1]);
   const int window_begin = max(min(tile_begin, first.begin), max(tile_begin - kMaxHaloTokens, 0));
@@ -221,9 +223,9 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
 #pragma unroll
   for (int j = 0; j < kQuadTokens; ++j) {
     float v[kChunkChannels];
-    unpack_chunk(Bf16Chunk{{in_loop(loads.v[j * kChunkVectors]),
-                            in_loop(loads.v[j * kChunkVectors + 1])}},
-                 v);
+    unpack_chunk(
+        Bf16Chunk{{in_loop(loads.v[j * kChunkVectors]), in_loop(loads.v[j * kChunkVectors + 1])}},
+        v);
     // (tokens past the end read entries nobody wrote: their codes are zeroed)
     const int local = set.local(j);
     uint32_t codes[kCodeWords];
@@ -257,8 +259,7 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
       const float sum = Geometry::reduce_chunks(delta[j], SumOp());
       if (out_set.valid(j) && g.sub_chunk == 0)
         job.delta.out[exponent_row + out_set.token(j)] =
-            job.delta.from_input ? sum
-                                 : __fmul_rn(exp2_int(s.d_o_exponent[out_set.local(j)]), sum);
+            job.delta.from_input ? sum : __fmul_rn(exp2_int(s.d_o_exponent[out_set.local(j)]), sum);
     }
   }
 }

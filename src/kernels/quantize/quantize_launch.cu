@@ -31,7 +31,8 @@ bool source_valid(const TensorSource& src) {
          src.head_stride % kStrideMultiple == 0;
 }
 
-// The gradient kernel serves jobs with delta or an x * fl(1/l) copy (dO); the other kernel the rest.
+// The gradient kernel serves jobs with delta or an x * fl(1/l) copy (dO); the other kernel the
+// rest.
 bool is_gradient_job(const TensorJob& job) {
   if (job.delta.out != nullptr) return true;
   for (int k = 0; k < job.num_copies; ++k)

@@ -110,8 +110,7 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   if (copy.amax_out != nullptr) {
     uint32_t bits = 0u;
 #pragma unroll
-    for (int j = 0; j < kQuadTokens; ++j)
-      bits = max(bits, set.valid(j) ? amax_bits(amax[j]) : 0u);
+    for (int j = 0; j < kQuadTokens; ++j) bits = max(bits, set.valid(j) ? amax_bits(amax[j]) : 0u);
     add_warp_amax(bits, copy.amax_out + head);
   }
   // ---- 4. values ---------------------------------------------------------------------------

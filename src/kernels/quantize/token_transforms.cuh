@@ -117,8 +117,7 @@ __device__ __forceinline__ void transform_tokens(Transform transform, const Tens
 // of one job have the same per-lane amax).
 template <bool kGradient>
 __device__ __forceinline__ bool amax_of_untransformed(Transform transform) {
-  return transform == Transform::kIdentity ||
-         (kGradient && transform == Transform::kTimesInverseL);
+  return transform == Transform::kIdentity || (kGradient && transform == Transform::kTimesInverseL);
 }
 
 // The thread's part of each token's amax, folded into amax[j] (fmaxf: NaN is ignored, as the
