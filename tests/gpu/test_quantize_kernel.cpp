@@ -428,6 +428,16 @@ std::vector<QuantizeCase> quantize_cases() {
        ScaleMode::kExact,
        KeySmoothing::kNone,
        Layout::kPadded},
+      // Exact with key smoothing at head dim 128: the forward's V job (token-scale) and its Q
+      // and K jobs (general) in one mixed launch of the general kernel.
+      {"misaligned_documents_d128_exact_vector",
+       {48, 300, 5, 250},
+       {},
+       4,
+       2,
+       128,
+       ScaleMode::kExact,
+       KeySmoothing::kVector},
       {"misaligned_documents_d64_exact_head_major",
        {33, 200, 77, 129},
        {},

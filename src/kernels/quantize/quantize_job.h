@@ -108,6 +108,9 @@ struct TensorJob {
   // Set by the builder: whether any part of the job depends on document bounds (a document-
   // local block, the first key, the LSE shift's key document). Exact-mode jobs skip the search.
   bool needs_documents = false;
+  // Set by launch_tensor_jobs: in a launch of the general kernel, the job's CTAs run the
+  // token-scale kernel's body (token_scale_kernel_takes, head dims 64 and 128).
+  bool token_scale_path = false;
 };
 
 // One launch runs every job of one kernel instance (the forward's Q, K and V; the backward's

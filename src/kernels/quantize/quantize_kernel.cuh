@@ -26,6 +26,7 @@
 #include "kernels/quantize/quantize_job.h"
 #include "kernels/quantize/scale_blocks.cuh"
 #include "kernels/quantize/tile_geometry.cuh"
+#include "kernels/quantize/token_scale_kernel.cuh"
 #include "kernels/quantize/token_transforms.cuh"
 
 namespace flamia::quantize {
@@ -137,6 +138,13 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
 
   extern __shared__ __align__(16) uint8_t dynamic_smem[];
   auto& s = *reinterpret_cast<QuantizeShared<kHeadDim, kGradient>*>(dynamic_smem);
+  // A mixed launch's jobs for the token-scale kernel run its body (uniform per CTA).
+  if constexpr (!kGradient && register_kernel_head_dim(kHeadDim)) {
+    if (job.token_scale_path) {
+      token_scale_tile<kHeadDim>(job, cta, s.stage);
+      return;
+    }
+  }
   const int tid = threadIdx.x;
   const int tile_begin = cta % tiles * kTileTokens;
   const int head = cta / tiles;

@@ -115,12 +115,6 @@ cudaError_t launch_gradient_token_kernel(const JobBatch& batch, cudaStream_t str
   return cudaGetLastError();
 }
 
-// Head dims the register kernels (token-scale, gradient token) are built for (their loads fit
-// their registers).
-bool register_kernel_head_dim(int head_dim) {
-  return head_dim == 64 || head_dim == 128;
-}
-
 template <int kHeadDim>
 cudaError_t launch_for_head_dim(const JobBatch& batch, bool gradient, cudaStream_t stream) {
   return gradient ? launch_kernel<kHeadDim, true>(batch, stream)
@@ -158,28 +152,33 @@ cudaError_t launch_tensor_jobs(TensorJob* jobs, int count, int head_dim, cudaStr
     job.needs_documents = job_needs_documents(job);
     if (job_has_work(job) && !job_valid(job)) return cudaErrorInvalidValue;
   }
-  // The plain jobs in one launch per kernel (they are independent of each other): those the
-  // token-scale kernel takes, and the others on the general kernel; then each gradient job in a
-  // launch of its own, on the gradient token kernel when it takes it, else on the general
-  // kernel's gradient instance (both read their one job at constant offsets: indexed by the
-  // CTA, its fields cost the general kernel 5% in session 13's A/B).
-  JobBatch token_scale, plain;
-  int64_t token_scale_ctas = 0, plain_ctas = 0;
+  // The plain jobs (independent of each other) in one launch: on the token-scale kernel when
+  // it takes every one of them (a forward without key smoothing), else on the general kernel,
+  // whose CTAs run the token-scale kernel's body for the jobs it takes (token_scale_path): one
+  // grid, so a training forward's K job (general) and its Q and V jobs (token-scale) share the
+  // GPU instead of running one launch after the other. Then each gradient job in a launch of
+  // its own, on the gradient token kernel when it takes it, else on the general kernel's
+  // gradient instance (both read their one job at constant offsets: indexed by the CTA, its
+  // fields cost the general kernel 5% in session 13's A/B).
+  JobBatch plain;
+  int64_t plain_ctas = 0;
   const bool register_dim = !general_kernel_only && register_kernel_head_dim(head_dim);
+  bool all_token_scale = true;
   for (int n = 0; n < count; ++n) {
     if (!job_has_work(jobs[n]) || is_gradient_job(jobs[n])) continue;
-    const bool appended = register_dim && token_scale_kernel_takes(jobs[n])
-                              ? append_job(token_scale, token_scale_ctas, jobs[n])
-                              : append_job(plain, plain_ctas, jobs[n]);
-    if (!appended) return cudaErrorInvalidValue;
-  }
-  if (token_scale.count > 0) {
-    const cudaError_t status = head_dim == 64 ? launch_token_scale_kernel<64>(token_scale, stream)
-                                              : launch_token_scale_kernel<128>(token_scale, stream);
-    if (status != cudaSuccess) return status;
+    TensorJob job = jobs[n];
+    job.token_scale_path = register_dim && token_scale_kernel_takes(job);
+    all_token_scale = all_token_scale && job.token_scale_path;
+    if (!append_job(plain, plain_ctas, job)) return cudaErrorInvalidValue;
   }
   if (plain.count > 0) {
-    const cudaError_t status = launch_batch(plain, head_dim, /*gradient=*/false, stream);
+    cudaError_t status;
+    if (all_token_scale) {
+      status = head_dim == 64 ? launch_token_scale_kernel<64>(plain, stream)
+                              : launch_token_scale_kernel<128>(plain, stream);
+    } else {
+      status = launch_batch(plain, head_dim, /*gradient=*/false, stream);
+    }
     if (status != cudaSuccess) return status;
   }
   for (int n = 0; n < count; ++n) {

@@ -38,10 +38,10 @@ inline void add_copy(TensorJob& job, const CopySpec& copy, bool keep = false) {
 
 // Validates every job (pointers, alignment, strides; cudaErrorInvalidValue before anything is
 // launched), fills needs_documents, then launches those that have something to write.
-// Jobs the register kernels take (token_scale_kernel.cuh; gradient_token_kernel.cuh for the dO
-// job) run on them unless `general_kernel_only` (tests compare the kernels' bytes): up to three
-// launches, one after the other (token-scale jobs, general jobs, each gradient job); an error
-// from a later launch
+// Jobs the register kernels take (token_scale_kernel.cuh, also as a body inside a mixed launch
+// of the general kernel; gradient_token_kernel.cuh for the dO job) run on them unless
+// `general_kernel_only` (tests compare the kernels' bytes): up to two launches, one after the
+// other (the plain jobs, then each gradient job); an error from a later launch
 // returns with the earlier ones' outputs written (the caller reports the call as failed).
 cudaError_t launch_tensor_jobs(TensorJob* jobs, int count, int head_dim, cudaStream_t stream,
                                bool general_kernel_only = false);

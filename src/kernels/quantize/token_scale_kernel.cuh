@@ -33,6 +33,12 @@
 
 namespace flamia::quantize {
 
+// Head dims the register kernels (token-scale, gradient token) are built for (their loads fit
+// their registers).
+__host__ __device__ constexpr bool register_kernel_head_dim(int head_dim) {
+  return head_dim == 64 || head_dim == 128;
+}
+
 // Whether the token-scale kernel computes what the general kernel would for `job` (host side).
 inline bool token_scale_kernel_takes(const TensorJob& job) {
   if (job.num_copies != 1 || job.lse_shift.out != nullptr || job.delta.out != nullptr ||
@@ -59,16 +65,12 @@ struct TokenScaleShared {
   alignas(16) uint8_t stage[TileGeometry<kHeadDim>::kStageBytes];
 };
 
+// One CTA's tile of `job` (CTA `cta` of the job), staging its token-major codes in `stage`
+// (kStageBytes): the token-scale kernel's body, which the general kernel also runs for the jobs
+// of a mixed launch that the token-scale kernel takes (TensorJob::token_scale_path).
 template <int kHeadDim>
-__global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
-                                  token_scale_min_blocks<kHeadDim>())
-    token_scale_kernel(const __grid_constant__ JobBatch batch) {
+__device__ __forceinline__ void token_scale_tile(const TensorJob& job, int cta, uint8_t* stage) {
   using Geometry = TileGeometry<kHeadDim>;
-  int job_index = 0;
-  while (job_index + 1 < batch.count && int(blockIdx.x) >= batch.cta_begin[job_index + 1])
-    ++job_index;
-  const TensorJob& job = batch.job[job_index];
-  const int cta = int(blockIdx.x) - batch.cta_begin[job_index];
   const int tiles = (job.tokens + kTileTokens - 1) / kTileTokens;
   const int tile_begin = cta % tiles * kTileTokens;
   const int head = cta / tiles;
@@ -88,7 +90,6 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   for (int j = 0; j < kQuadTokens; ++j)
     amax[j] = Geometry::reduce_chunks(token_chunk_amax(loads, j), MaxOp());
 
-  __shared__ TokenScaleShared<kHeadDim> s;
   const int64_t exponent_row = int64_t(head) * tokens;
   const CopySpec& copy = job.copy[0];
   // ---- 3. exponents, amax output -----------------------------------------------------------
@@ -133,10 +134,22 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
                         codes[j]);
       }
     }
-    if (copy.token_major != nullptr) stage_codes(s.stage, g, chunk, copy.order, codes);
+    if (copy.token_major != nullptr) stage_codes(stage, g, chunk, copy.order, codes);
   }
   if (copy.token_major != nullptr)
-    flush_token_major<kHeadDim>(s.stage, copy.token_major, head, tile_begin, tokens);
+    flush_token_major<kHeadDim>(stage, copy.token_major, head, tile_begin, tokens);
+}
+
+template <int kHeadDim>
+__global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
+                                  token_scale_min_blocks<kHeadDim>())
+    token_scale_kernel(const __grid_constant__ JobBatch batch) {
+  int job_index = 0;
+  while (job_index + 1 < batch.count && int(blockIdx.x) >= batch.cta_begin[job_index + 1])
+    ++job_index;
+  __shared__ TokenScaleShared<kHeadDim> s;
+  token_scale_tile<kHeadDim>(batch.job[job_index], int(blockIdx.x) - batch.cta_begin[job_index],
+                             s.stage);
 }
 
 }  // namespace flamia::quantize
