@@ -60,12 +60,6 @@ inline bool gradient_token_kernel_takes(const TensorJob& job) {
 constexpr int kGradientTokenRegisters = 80;
 
 template <int kHeadDim>
-constexpr int gradient_token_min_blocks() {
-  constexpr int kRegistersPerSm = 65536;
-  return kRegistersPerSm / kGradientTokenRegisters / TileGeometry<kHeadDim>::kThreads;
-}
-
-template <int kHeadDim>
 struct GradientTokenShared {
   using Geometry = TileGeometry<kHeadDim>;
   static constexpr int kOwnVectors = kQuadTokens * kChunkVectors;  // one slice
@@ -105,7 +99,8 @@ __device__ __forceinline__ uint32_t scaled_amax_bits(float d_o_amax, float inver
 
 template <int kHeadDim>
 __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
-                                  gradient_token_min_blocks<kHeadDim>())
+                                  ctas_per_sm_at(kGradientTokenRegisters,
+                                                 TileGeometry<kHeadDim>::kThreads))
     gradient_token_kernel(const __grid_constant__ JobBatch batch) {
   using Geometry = TileGeometry<kHeadDim>;
   static_assert(Geometry::kSlices == 1, "head dims 64 and 128: one chunk per thread");
@@ -180,21 +175,15 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   const int window_begin = max(min(tile_begin, first.begin), max(tile_begin - kMaxHaloTokens, 0));
   const int window_end = min(max(tile_end, last.end), min(tile_end + kMaxHaloTokens, tokens));
 
-  // Halo: kChunks consecutive lanes per token, one chunk each.
-  const int halo_left = tile_begin - window_begin;
-  const int halo_count = halo_left + (window_end - tile_end);
+  const HaloWindow halo_window{window_begin, tile_begin, tile_end, window_end};
 #pragma unroll 1
-  for (int base = 0; base < halo_count; base += Geometry::kTokensPerHaloPass) {
-    const int i = base + tid / Geometry::kChunks;
-    const int halo_chunk = tid % Geometry::kChunks;
-    const bool ok = i < halo_count;
-    const int t = i < halo_left ? window_begin + i : tile_end + (i - halo_left);
-    float amax = packed_chunk_amax(ok ? load_chunk(job.x, t, head, halo_chunk) : zero_chunk());
-#pragma unroll
-    for (int mask = 1; mask < Geometry::kChunks; mask *= 2)
-      amax = fmaxf(amax, __shfl_xor_sync(0xFFFFFFFFu, amax, mask));
-    if (ok && halo_chunk == 0)
-      s.amax[t - window_origin] = scaled_amax_bits(amax, load_inverse_l(job, head, t));
+  for (int base = 0; base < halo_window.count(); base += Geometry::kTokensPerHaloPass) {
+    const HaloSlot slot = halo_window.slot<kHeadDim>(base, tid);
+    const float amax = Geometry::reduce_halo_lanes(
+        packed_chunk_amax(slot.ok ? load_chunk(job.x, slot.t, head, slot.chunk) : zero_chunk()),
+        MaxOp());
+    if (slot.ok && slot.chunk == 0)
+      s.amax[slot.t - window_origin] = scaled_amax_bits(amax, load_inverse_l(job, head, slot.t));
   }
   __syncthreads();
 

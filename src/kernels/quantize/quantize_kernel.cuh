@@ -40,9 +40,8 @@ namespace flamia::quantize {
 // spilled a token index held across the kernel), at 64 it gives 6.
 template <int kHeadDim, bool kGradient>
 constexpr int min_blocks_per_sm() {
-  constexpr int kRegistersPerSm = 65536;
   constexpr int kBudget = kHeadDim == 256 ? (kGradient ? 255 : 128) : (kGradient ? 128 : 80);
-  return kRegistersPerSm / kBudget / TileGeometry<kHeadDim>::kThreads;
+  return ctas_per_sm_at(kBudget, TileGeometry<kHeadDim>::kThreads);
 }
 
 // Shared memory of one CTA (dynamic: 53 KB at head dim 128, 101 KB at 256; the gradient
@@ -237,16 +236,12 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   }
   if (job.lse_shift.out != nullptr) lse_shift_dots(job, g, head, set, s);
 
-  // Halo: kChunks consecutive lanes per token, one chunk each.
-  const int halo_left = tile_begin - window_begin;
-  const int halo_count = halo_left + (window_end - tile_end);
+  const HaloWindow halo_window{window_begin, tile_begin, tile_end, window_end};
 #pragma unroll 1
-  for (int base = 0; base < halo_count; base += Geometry::kTokensPerHaloPass) {
-    const int i = base + tid / Geometry::kChunks;
-    const int chunk = tid % Geometry::kChunks;
-    const bool left = i < halo_left;
-    const HaloToken halo{left ? window_begin + i : tile_end + (i - halo_left), i < halo_count,
-                         s.doc_begin[left ? 0 : tile_count - 1]};
+  for (int base = 0; base < halo_window.count(); base += Geometry::kTokensPerHaloPass) {
+    const HaloSlot slot = halo_window.slot<kHeadDim>(base, tid);
+    const int chunk = slot.chunk;
+    const HaloToken halo{slot.t, slot.ok, s.doc_begin[slot.left ? 0 : tile_count - 1]};
     const RegisterChunk hx{halo.ok ? load_chunk(job.x, halo.t, head, chunk) : zero_chunk()};
 #pragma unroll 1
     for (int k = 0; k < job.num_copies; ++k) {
@@ -254,9 +249,7 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
       if (job.copy[k].blocks == BlockKind::kToken) continue;
       float amax[1] = {0.0f};
       accumulate_amax<kHeadDim, kGradient>(transform, job, head, chunk, halo, hx, amax);
-#pragma unroll
-      for (int mask = 1; mask < Geometry::kChunks; mask *= 2)
-        amax[0] = fmaxf(amax[0], __shfl_xor_sync(0xFFFFFFFFu, amax[0], mask));
+      amax[0] = Geometry::reduce_halo_lanes(amax[0], MaxOp());
       if (halo.ok && chunk == 0) {
         const float a = finish_amax<kGradient>(transform, job, head, halo, 0, amax[0]);
         s.amax[k][halo.t - window_origin] = amax_bits(a);

@@ -83,16 +83,23 @@ int64_t cta_count(const TensorJob& job) {
   return (int64_t(job.tokens) + kTileTokens - 1) / kTileTokens * job.heads;
 }
 
-template <int kHeadDim, bool kGradient>
-cudaError_t launch_kernel(const JobBatch& batch, cudaStream_t stream) {
-  const auto kernel = quantize_tensor_kernel<kHeadDim, kGradient>;
-  const int smem_bytes = int(sizeof(QuantizeShared<kHeadDim, kGradient>));
+// One CTA per tile and head of the batch's jobs, with `Shared` as dynamic shared memory.
+template <int kHeadDim, typename Shared>
+cudaError_t launch_with_dynamic_smem(void (*kernel)(JobBatch), const JobBatch& batch,
+                                     cudaStream_t stream) {
+  const int smem_bytes = int(sizeof(Shared));
   const cudaError_t status =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
   if (status != cudaSuccess) return status;
   kernel<<<unsigned(batch.cta_begin[batch.count]), TileGeometry<kHeadDim>::kThreads, smem_bytes,
            stream>>>(batch);
   return cudaGetLastError();
+}
+
+template <int kHeadDim, bool kGradient>
+cudaError_t launch_kernel(const JobBatch& batch, cudaStream_t stream) {
+  return launch_with_dynamic_smem<kHeadDim, QuantizeShared<kHeadDim, kGradient>>(
+      quantize_tensor_kernel<kHeadDim, kGradient>, batch, stream);
 }
 
 template <int kHeadDim>
@@ -105,14 +112,8 @@ cudaError_t launch_token_scale_kernel(const JobBatch& batch, cudaStream_t stream
 
 template <int kHeadDim>
 cudaError_t launch_gradient_token_kernel(const JobBatch& batch, cudaStream_t stream) {
-  const auto kernel = gradient_token_kernel<kHeadDim>;
-  const int smem_bytes = int(sizeof(GradientTokenShared<kHeadDim>));
-  const cudaError_t status =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes);
-  if (status != cudaSuccess) return status;
-  kernel<<<unsigned(batch.cta_begin[batch.count]), TileGeometry<kHeadDim>::kThreads, smem_bytes,
-           stream>>>(batch);
-  return cudaGetLastError();
+  return launch_with_dynamic_smem<kHeadDim, GradientTokenShared<kHeadDim>>(
+      gradient_token_kernel<kHeadDim>, batch, stream);
 }
 
 template <int kHeadDim>

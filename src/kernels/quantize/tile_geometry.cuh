@@ -27,6 +27,13 @@ constexpr int kGroupsPerTile = kTileTokens / kPermutationGroup;  // 8
 constexpr int kBytesPerWord = 4;
 constexpr int kWordsPerGroup = kPermutationGroup / kBytesPerWord;  // 4 words = 16 slots
 
+// CTAs of `threads` threads at `registers` registers each that fit one SM's register file (the
+// register kernels' __launch_bounds__).
+constexpr int ctas_per_sm_at(int registers, int threads) {
+  constexpr int kRegistersPerSm = 65536;
+  return kRegistersPerSm / registers / threads;
+}
+
 template <int kHeadDim>
 struct TileGeometry {
   static_assert(kHeadDim % (kChunkChannels * kLanesPerQuadRow) == 0, "head dim");
@@ -67,6 +74,14 @@ struct TileGeometry {
     return v;
   }
 
+  // Reduces over the kChunks consecutive lanes that hold one halo token (HaloWindow).
+  template <typename Op>
+  __device__ __forceinline__ static float reduce_halo_lanes(float v, Op op) {
+#pragma unroll
+    for (int mask = 1; mask < kChunks; mask *= 2) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, mask));
+    return v;
+  }
+
   // Word swizzle of staging row d: XOR with the row's chunk within the warp, scaled so that
   // the chunks of one warp land on distinct 4-word bank groups.
   __host__ __device__ __forceinline__ static int stage_swizzle(int d) {
@@ -75,6 +90,31 @@ struct TileGeometry {
   __host__ __device__ __forceinline__ static int stage_byte(int d, int slot) {
     const int word = (slot / kBytesPerWord) ^ stage_swizzle(d);
     return d * kTileTokens + word * kBytesPerWord + slot % kBytesPerWord;
+  }
+};
+
+// The halo of a tile [tile_begin, tile_end): the tokens [window_begin, tile_begin) and
+// [tile_end, window_end) of the scale blocks that straddle its ends, read for their amax only,
+// kChunks consecutive lanes per token (one chunk each), kTokensPerHaloPass tokens per pass.
+struct HaloSlot {
+  int t;      // the token
+  int chunk;  // the thread's chunk of it
+  bool ok;    // whether this pass has a token for the thread
+  bool left;  // before the tile (in the document of its first token), else after its end
+};
+struct HaloWindow {
+  int window_begin, tile_begin, tile_end, window_end;
+  __device__ __forceinline__ int count() const {
+    return (tile_begin - window_begin) + (window_end - tile_end);
+  }
+  template <int kHeadDim>
+  __device__ __forceinline__ HaloSlot slot(int base, int tid) const {
+    using Geometry = TileGeometry<kHeadDim>;
+    const int i = base + tid / Geometry::kChunks;
+    const int left_count = tile_begin - window_begin;
+    const bool left = i < left_count;
+    return {left ? window_begin + i : tile_end + (i - left_count), tid % Geometry::kChunks,
+            i < count(), left};
   }
 };
 

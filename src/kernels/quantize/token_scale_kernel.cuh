@@ -53,12 +53,6 @@ inline bool token_scale_kernel_takes(const TensorJob& job) {
 // registers, 2 CTAs per SM, and spills at 96).
 constexpr int kTokenScaleRegisters = 80;
 
-template <int kHeadDim>
-constexpr int token_scale_min_blocks() {
-  constexpr int kRegistersPerSm = 65536;
-  return kRegistersPerSm / kTokenScaleRegisters / TileGeometry<kHeadDim>::kThreads;
-}
-
 // Shared memory: the token-major staging tile only.
 template <int kHeadDim>
 struct TokenScaleShared {
@@ -142,7 +136,8 @@ __device__ __forceinline__ void token_scale_tile(const TensorJob& job, int cta, 
 
 template <int kHeadDim>
 __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
-                                  token_scale_min_blocks<kHeadDim>())
+                                  ctas_per_sm_at(kTokenScaleRegisters,
+                                                 TileGeometry<kHeadDim>::kThreads))
     token_scale_kernel(const __grid_constant__ JobBatch batch) {
   int job_index = 0;
   while (job_index + 1 < batch.count && int(blockIdx.x) >= batch.cta_begin[job_index + 1])
