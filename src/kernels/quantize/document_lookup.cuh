@@ -70,6 +70,20 @@ struct DocumentSlice {
   }
 };
 
+// Each of the tile's `count` tokens' document bounds, and with kWithIndex its index, into shared
+// arrays indexed by the token's place in the tile (thread `tid` of kThreads).
+template <int kThreads, bool kWithIndex>
+__device__ __forceinline__ void store_tile_documents(const DocumentSlice& slice, int tile_begin,
+                                                     int count, int tid, int32_t* begin,
+                                                     int32_t* end, int32_t* index) {
+  for (int i = tid; i < count; i += kThreads) {
+    const DocumentOf doc = slice.find(tile_begin + i);
+    begin[i] = doc.begin;
+    end[i] = doc.end;
+    if constexpr (kWithIndex) index[i] = doc.index;
+  }
+}
+
 // Loads the slice starting at the document of `tile_begin`. All threads; contains barriers.
 __device__ __forceinline__ DocumentSlice load_document_slice(const int32_t* cu, int batch,
                                                              int tile_begin, int tile_last,

@@ -133,11 +133,8 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   // ---- 2. documents -------------------------------------------------------------------------
   const DocumentSlice slice =
       load_document_slice(job.cu_seqlens, job.batch, tile_begin, tile_end - 1, s.cu_slice);
-  for (int i = tid; i < tile_count; i += Geometry::kThreads) {
-    const DocumentOf doc = slice.find(tile_begin + i);
-    s.doc_begin[i] = doc.begin;
-    s.doc_end[i] = doc.end;
-  }
+  store_tile_documents<Geometry::kThreads, false>(slice, tile_begin, tile_count, tid, s.doc_begin,
+                                                  s.doc_end, nullptr);
   if (stopped) {
     if (has_delta) hopper::async_copy_wait_all();  // no copy outlives the CTA's shared memory
     return;

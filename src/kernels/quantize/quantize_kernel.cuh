@@ -171,12 +171,8 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   if (job.needs_documents) {
     const DocumentSlice slice =
         load_document_slice(job.cu_seqlens, job.batch, tile_begin, tile_end - 1, s.cu_slice);
-    for (int i = tid; i < tile_count; i += Geometry::kThreads) {
-      const DocumentOf doc = slice.find(tile_begin + i);
-      s.doc_begin[i] = doc.begin;
-      s.doc_end[i] = doc.end;
-      s.doc_index[i] = doc.index;
-    }
+    store_tile_documents<Geometry::kThreads, true>(slice, tile_begin, tile_count, tid, s.doc_begin,
+                                                   s.doc_end, s.doc_index);
   }
   // The loads are stored after the document lookup, whose own loads then overlap them.
   park_own_chunks(x_loads, s.input, tid);
