@@ -182,5 +182,60 @@ TEST(DocumentPacking, SlidingWindowTileGeometry) {
     }
 }
 
+// The key tiles each consumer's 64 rows see (visible_key_tiles), against a brute force over the
+// rows' keys, for both query tile heights (two and three consumers), causal and not, with and
+// without a sliding window, on documents that start off the 16-key groups: every visible key of
+// the band lies in a counted tile, the last counted tile holds one, and a band past the
+// document counts none. The consumers release the tiles after them without computing them.
+TEST(DocumentPacking, ConsumerBandsSkipOnlyTilesTheyCannotSee) {
+  constexpr int kBlockN = ForwardTile<128>::kBlockN;
+  constexpr int kBand = kRowsPerConsumer;
+  const std::vector<int> lengths = {1, 17, 113, 0, 128, 129, 191, 192, 193, 300, 1000, 2048, 5,
+                                    2049, 64, 65};
+  const std::vector<int32_t> cu = cu_seqlens_from_lengths(lengths);
+  int trimmed = 0, empty_bands = 0;
+  auto check = [&](int block_m, bool causal, int window, const TileGeometry& g) {
+    const int visited_first = g.k_tile_base - g.k_start;  // document-local, may be < 0
+    for (int row0 = 0; row0 < block_m; row0 += kBand) {
+      const int tiles = visible_key_tiles<kBlockN>(g, row0, kBand, causal);
+      ASSERT_GE(tiles, 0);
+      ASSERT_LE(tiles, g.n_tiles);
+      int last_tile = -1;  // the last tile holding a key some row of the band sees
+      for (int row = g.q0 + row0; row < std::min(g.q0 + row0 + kBand, g.q_len); ++row) {
+        const RowKeyRange r = causal ? document_row_keys(row, window) : RowKeyRange{0, g.k_len - 1};
+        if (r.first > r.last) continue;
+        last_tile = std::max(last_tile, (r.last - visited_first) / kBlockN);
+      }
+      const bool band_empty = g.q0 + row0 >= g.q_len;
+      EXPECT_EQ(tiles, band_empty ? 0 : last_tile + 1)
+          << "block_m " << block_m << " causal " << causal << " window " << window << " q0 "
+          << g.q0 << " row0 " << row0 << " q_len " << g.q_len;
+      trimmed += tiles < g.n_tiles && !band_empty;
+      empty_bands += band_empty && g.n_tiles > 0;
+    }
+  };
+  for (const int block_m : {ForwardTile<128>::kBlockM, ForwardTile<64>::kBlockM})
+    for (const bool causal : {true, false})
+      for (const int window : {0, 1, 17, 128, 129, 300}) {
+        if (!causal && window) continue;
+        for (int doc = 0; doc < int(lengths.size()); ++doc) {
+          const int blocks = (lengths[doc] + block_m - 1) / block_m;
+          for (int m = 0; m < blocks; ++m) {
+            const TileItem item{doc, 0, m, 1};
+            if (block_m == ForwardTile<128>::kBlockM)
+              check(block_m, causal, window,
+                    tile_geometry<ForwardTile<128>::kBlockM, kBlockN>(item, cu.data(), cu.data(),
+                                                                      causal, window));
+            else
+              check(block_m, causal, window,
+                    tile_geometry<ForwardTile<64>::kBlockM, kBlockN>(item, cu.data(), cu.data(),
+                                                                     causal, window));
+          }
+        }
+      }
+  EXPECT_GT(trimmed, 0) << "some causal band ends a tile early";
+  EXPECT_GT(empty_bands, 0) << "some band lies past its document";
+}
+
 }  // namespace
 }  // namespace flamia::forward

@@ -120,12 +120,15 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
 
   const uint64_t desc_q = hopper::make_smem_desc(
       hopper::smem_addr(smem.q[q_buffer] + tile_row0 * kHeadDim), qk_swizzle<kHeadDim>());
+  // This consumer's rows see only the item's first `visible_tiles` key tiles; it releases the
+  // rest (wholly masked for them) without computing them, after the loop.
+  const int visible_tiles =
+      visible_key_tiles<kBlockN>(w.geo, tile_row0, kRowsPerConsumer, p.causal != 0);
   uint32_t a[kBlockN / 32][4];
   float reference_inv_value_scale;  // 2^-ev_ref of the tile (producer.cuh)
   // Scores of tile n (already in s) -> t, p, the P̂ operand `a`, and what l needs from the
   // factors; releases the K stage (whose factors this reads). Returns the O ratio.
   auto softmax = [&](float(&s)[kBlockN / 2], int n, int stage, float(&ratio)[kRowsPerThread]) {
-    if (n == w.geo.n_tiles - 1) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
     const KeyPairFactors* factors = smem.factors[stage];
     const int first_key_local = w.geo.k_tile_base + n * kBlockN - w.geo.k_start;
     const int reference = first_key_local < 0 ? -first_key_local : 0;  // first document key
@@ -176,7 +179,7 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
   // (one's softmax runs while the other's MMAs occupy the tensor cores). Measured: overlapping
   // P̂V̂ of tile n-1 with the softmax of tile n inside a warpgroup gained nothing here and costs
   // the registers that wider key tiles need.
-  for (int n = 0; n < w.geo.n_tiles; ++n, ++iteration) {
+  for (int n = 0; n < visible_tiles; ++n, ++iteration) {
     const int stage = stage_of(iteration);
     float s[kBlockN / 2];
     float ratio[kRowsPerThread];
@@ -197,8 +200,19 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
     hopper::mbarrier_arrive(&smem.v_empty[stage]);
     add_tile_row_sums<Tile::kOutRegisters>(state, acc, reference_inv_value_scale);
   }
-  if (w.geo.n_tiles == 0)
-    hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);  // release the unused Q tile
+  // Then the Q tile is released, and the key tiles past this consumer's rows once the producer
+  // has filled them (so that each arrival counts toward that use of the stage, not the previous
+  // one). Their count comes from shared memory, read before the release lets the producer refill
+  // the buffer: held in a register over the loop, it made the consumers spill.
+  const int masked_tiles = smem.item[q_buffer].geo.n_tiles - visible_tiles;
+  hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
+  for (int n = 0; n < masked_tiles; ++n, ++iteration) {
+    const int stage = stage_of(iteration);
+    hopper::mbarrier_wait(&smem.k_full[stage], phase_of(iteration));
+    hopper::mbarrier_arrive(&smem.k_empty[stage]);
+    hopper::mbarrier_wait(&smem.v_full[stage], phase_of(iteration));
+    hopper::mbarrier_arrive(&smem.v_empty[stage]);
+  }
   if (threadIdx.x % kWarpgroupThreads == 0 && tile_row0 < 2 * kRowsPerConsumer)
     timeline::stamp(index, 1 + 3 * (tile_row0 / kRowsPerConsumer));
   if constexpr (kStagedOutput) {

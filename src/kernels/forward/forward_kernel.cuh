@@ -49,7 +49,7 @@ __global__ void __launch_bounds__(ForwardTile<kHeadDim, kStaticScales>::kThreads
   if (threadIdx.x == 0) init_barriers(smem);
   __syncthreads();
   if (params.device_status && *params.device_status != 0) return;
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  const int warpgroup = hopper::warpgroup_index_uniform();
   if (warpgroup == 0) {
     if constexpr (kFusedQuantize)
       run_fused_producer<kHeadDim>(params, smem);

@@ -79,6 +79,21 @@ FLAMIA_HD RowKeyRange document_row_keys(int row_local, int window) {
   return {sliding_window_first_key(row_local, window), row_local};
 }
 
+// Key tiles of an item that the query rows [q0 + row0, q0 + row0 + rows) see, counted from the
+// item's first: in a causal document item the tiles up to the one holding their last row's own
+// key (its later tiles are wholly masked for them: with 192-row tiles and 128-key tiles the
+// first consumers' 64 rows end one tile early on half the diagonals); none when the rows lie
+// past the document (the last tile of a document that does not fill it); all of them otherwise.
+template <int kBlockN>
+FLAMIA_HD int visible_key_tiles(const TileGeometry& g, int row0, int rows, bool causal) {
+  const int first_row = g.q0 + row0;
+  if (first_row >= g.q_len || g.n_tiles == 0) return 0;
+  if (!causal || g.doc_count > 1) return g.n_tiles;
+  const int last_row = (first_row + rows < g.q_len ? first_row + rows : g.q_len) - 1;
+  const int tiles = (g.k_start - g.k_tile_base + last_row) / kBlockN + 1;
+  return tiles < g.n_tiles ? tiles : g.n_tiles;
+}
+
 template <int kBlockM, int kBlockN>
 FLAMIA_HD TileGeometry tile_geometry(const TileItem& item, const int32_t* cu_seqlens_q,
                                      const int32_t* cu_seqlens_k, bool causal, int window) {

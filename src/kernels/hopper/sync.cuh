@@ -69,4 +69,13 @@ __device__ __forceinline__ int warp_index_uniform() {
   return __shfl_sync(0xffffffffu, int(threadIdx.x) / 32, 0);
 }
 
+// The thread's warpgroup (128 threads), broadcast from lane 0 so that ptxas knows it is
+// warp-uniform: what derives from it (a forward consumer's rows and loop bound) then lives in
+// uniform registers. Computed from threadIdx.x directly, the consumers' per-band loop bound took
+// a vector register and spilled them (up to 632 bytes at head dim 64).
+__device__ __forceinline__ int warpgroup_index_uniform() {
+  constexpr int kWarpgroupThreadCount = 128;
+  return __shfl_sync(0xffffffffu, int(threadIdx.x) / kWarpgroupThreadCount, 0);
+}
+
 }  // namespace flamia::hopper
