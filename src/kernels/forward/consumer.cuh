@@ -123,12 +123,14 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
   // This consumer's rows see only the item's first `visible_tiles` key tiles; it releases the
   // rest (wholly masked for them) without computing them, after the loop.
   const int visible_tiles =
-      visible_key_tiles<kBlockN>(w.geo, tile_row0, kRowsPerConsumer, p.causal != 0);
+      kSegment ? w.geo.n_tiles
+               : visible_key_tiles<kBlockN>(w.geo, tile_row0, kRowsPerConsumer, p.causal != 0);
   uint32_t a[kBlockN / 32][4];
   float reference_inv_value_scale;  // 2^-ev_ref of the tile (producer.cuh)
   // Scores of tile n (already in s) -> t, p, the P̂ operand `a`, and what l needs from the
   // factors; releases the K stage (whose factors this reads). Returns the O ratio.
   auto softmax = [&](float(&s)[kBlockN / 2], int n, int stage, float(&ratio)[kRowsPerThread]) {
+    if (n == visible_tiles - 1) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
     const KeyPairFactors* factors = smem.factors[stage];
     const int first_key_local = w.geo.k_tile_base + n * kBlockN - w.geo.k_start;
     const int reference = first_key_local < 0 ? -first_key_local : 0;  // first document key
@@ -204,8 +206,9 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
   // has filled them (so that each arrival counts toward that use of the stage, not the previous
   // one). Their count comes from shared memory, read before the release lets the producer refill
   // the buffer: held in a register over the loop, it made the consumers spill.
-  const int masked_tiles = smem.item[q_buffer].geo.n_tiles - visible_tiles;
-  hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
+  const int masked_tiles = w.geo.n_tiles - visible_tiles;
+  if (visible_tiles == 0) hopper::mbarrier_arrive(&smem.q_empty[q_buffer]);
+#pragma unroll 1
   for (int n = 0; n < masked_tiles; ++n, ++iteration) {
     const int stage = stage_of(iteration);
     hopper::mbarrier_wait(&smem.k_full[stage], phase_of(iteration));
