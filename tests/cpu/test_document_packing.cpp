@@ -190,8 +190,8 @@ TEST(DocumentPacking, SlidingWindowTileGeometry) {
 TEST(DocumentPacking, ConsumerBandsSkipOnlyTilesTheyCannotSee) {
   constexpr int kBlockN = ForwardTile<128>::kBlockN;
   constexpr int kBand = kRowsPerConsumer;
-  const std::vector<int> lengths = {1, 17, 113, 0, 128, 129, 191, 192, 193, 300, 1000, 2048, 5,
-                                    2049, 64, 65};
+  const std::vector<int> lengths = {1,   17,  113,  0,    128, 129,  191, 192,
+                                    193, 300, 1000, 2048, 5,   2049, 64,  65};
   const std::vector<int32_t> cu = cu_seqlens_from_lengths(lengths);
   int trimmed = 0, empty_bands = 0;
   auto check = [&](int block_m, bool causal, int window, const TileGeometry& g) {
@@ -208,8 +208,8 @@ TEST(DocumentPacking, ConsumerBandsSkipOnlyTilesTheyCannotSee) {
       }
       const bool band_empty = g.q0 + row0 >= g.q_len;
       EXPECT_EQ(tiles, band_empty ? 0 : last_tile + 1)
-          << "block_m " << block_m << " causal " << causal << " window " << window << " q0 "
-          << g.q0 << " row0 " << row0 << " q_len " << g.q_len;
+          << "block_m " << block_m << " causal " << causal << " window " << window << " q0 " << g.q0
+          << " row0 " << row0 << " q_len " << g.q_len;
       trimmed += tiles < g.n_tiles && !band_empty;
       empty_bands += band_empty && g.n_tiles > 0;
     }
