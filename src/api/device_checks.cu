@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "api/seqlens_checksum.h"
+#include "kernels/hopper/dependent_launch.cuh"
 
 namespace flamia::api {
 namespace {
@@ -93,7 +94,9 @@ constexpr int kFillMaxBlocks = 256;
 constexpr int kBf16PerChunk = 8;  // one 16-byte store
 constexpr int kBf16Bits = 16;
 
+// Launched early (hopper/dependent_launch.cuh): it waits for the kernels before it first.
 __global__ void fill_outputs_kernel(const int32_t* only_if_status, FillTargets targets) {
+  hopper::wait_for_prior_grids();
   if (only_if_status != nullptr && *only_if_status == kDeviceStatusOk) return;
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   const int64_t start = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -144,8 +147,8 @@ cudaError_t launch_fill_outputs(const int32_t* only_if_status, const FillTargets
   }
   for (int f = 0; f < targets.num_floats; ++f) work = std::max(work, targets.floats[f].count);
   const int blocks = int(std::clamp<int64_t>(ceil_div(work, kFillThreads), 1, kFillMaxBlocks));
-  fill_outputs_kernel<<<blocks, kFillThreads, 0, stream>>>(only_if_status, targets);
-  return cudaGetLastError();
+  return hopper::launch_kernel(fill_outputs_kernel, dim3(blocks), dim3(kFillThreads), 0, stream,
+                               hopper::Launch::kEarly, only_if_status, targets);
 }
 
 }  // namespace flamia::api

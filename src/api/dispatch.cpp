@@ -265,6 +265,8 @@ flamia_status run_forward_kernels(const flamia_forward_args& a, const WorkspaceL
     }
     const flamia_status status = quantize_forward_inputs(a, ws, HeadRange{}, stream, where);
     if (status != FLAMIA_OK) return status;
+    // The pass launches its Q job whenever launch_forward launches anything (total_q > 0).
+    kernel.plan_after_quantize_pass = true;
   }
   const cudaError_t error = launch_forward(kernel, stream);
   if (error != cudaSuccess) return fail_cuda(where, "launch_forward", error);
@@ -337,6 +339,8 @@ flamia_status run_backward_kernels(const flamia_backward_args& a, const Workspac
   kernel.device_status = &ws.status->code;
   kernel.scratch = ws.scratch;
   kernel.dq_buffer_zeroed = quantize.dq_buffer != nullptr;
+  // Launched above (in fp8-bf16grad the centered keys come between; the schedule reads neither).
+  kernel.schedule_after_quantize_pass = true;
   const cudaError_t error = launch_backward(kernel, stream);
   if (error != cudaSuccess) return fail_cuda(where, "launch_backward", error);
   return FLAMIA_OK;

@@ -91,7 +91,8 @@ TEST_P(BackwardScheduleTest, PlacesEveryPairByWorkKeepingTileOrder) {
   shape.total_q = shape.total_k = cu.back();
   shape.causal = c.causal;
   FLAMIA_CUDA_OK(backward::launch_backward_schedule(shape, key_tiles_per_doc, slots, c.pack,
-                                                    nullptr, d_order.get(), nullptr));
+                                                    nullptr, d_order.get(),
+                                                    hopper::Launch::kInOrder, nullptr));
   FLAMIA_CUDA_OK(cudaDeviceSynchronize());
   const std::vector<int32_t> order = d_order.download();
 

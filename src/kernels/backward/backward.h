@@ -27,6 +27,9 @@ struct BackwardKernelArgs {
   // already (the quantize pass's dO job zeroes it, QuantizeBackwardArgs::dq_buffer); else
   // launch_backward zeroes it first.
   bool dq_buffer_zeroed = false;
+  // The launch before on the stream is the quantize pass (it writes nothing the schedule reads):
+  // with nothing zeroed here, the schedule may start while it finishes (dependent_launch.cuh).
+  bool schedule_after_quantize_pass = false;
   // Debug hook (tests only; keep problems small): when set, [heads_q][total_q][total_k] FP32
   // that receives, for every visible (query, key) pair, the real value of the backward's P̂:
   // e4m3_decode(P̂_ij) * 2^(M_i - 8) with the saved M_i (exact in FP32). A forward writing

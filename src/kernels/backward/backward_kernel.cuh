@@ -29,6 +29,7 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
+#include "kernels/hopper/dependent_launch.cuh"
 #include "common/views.h"
 #include "kernels/backward/backward_config.h"
 #include "kernels/backward/backward_params.h"
@@ -445,6 +446,9 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
       for (int c = 0; c < timeline::kCounters; ++c)
         if (c != timeline::kHandOffFull) timeline::reset_counter(timeline::Counter(c));
   }
+  // Launched early (backward_kernel_instantiate.cuh): nothing in global memory is read before.
+  hopper::allow_dependent_launch();
+  hopper::wait_for_prior_grids();
   const int pair = key_tile_pair(p);
   if (p.device_status != nullptr && *p.device_status != kDeviceStatusOk) return;
   if (pair == kNoKeyTile) return;

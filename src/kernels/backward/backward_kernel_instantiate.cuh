@@ -3,6 +3,7 @@
 
 #include "kernels/backward/backward_kernel.cuh"
 #include "kernels/backward/backward_kernel_launch.h"
+#include "kernels/hopper/dependent_launch.cuh"
 
 namespace flamia::backward {
 
@@ -26,8 +27,9 @@ cudaError_t launch_backward_kernel(const BackwardParams& params, dim3 grid, cuda
   cudaError_t error =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmemBytes));
   if (error != cudaSuccess) return error;
-  kernel<<<grid, kCtaThreads<kBf16Grad>, kSmemBytes, stream>>>(params);
-  return cudaGetLastError();
+  // Launched early: it waits for the kernels before it first (backward_kernel).
+  return hopper::launch_kernel(kernel, grid, dim3(kCtaThreads<kBf16Grad>), kSmemBytes, stream,
+                               hopper::Launch::kEarly, params);
 }
 
 }  // namespace flamia::backward

@@ -185,9 +185,9 @@ cudaError_t launch_for_head_dim(const BackwardKernelArgs& a, const backward::Bac
   if (steps == 0) return cudaSuccess;
   const int blocks =
       int(std::min<int64_t>((steps + kConvertThreads - 1) / kConvertThreads, kConvertMaxBlocks));
-  backward::convert_dq_kernel<kHeadDim><<<blocks, kConvertThreads, 0, stream>>>(
-      p.dq_accum, a.dq, s.total_q, s.heads_q, a.device_status);
-  return cudaGetLastError();
+  return hopper::launch_kernel(backward::convert_dq_kernel<kHeadDim>, dim3(blocks),
+                               dim3(kConvertThreads), 0, stream, hopper::Launch::kEarly,
+                               p.dq_accum, a.dq, s.total_q, s.heads_q, a.device_status);
 }
 
 }  // namespace
@@ -232,10 +232,13 @@ cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream)
   if (!args.dq_buffer_zeroed) error = cudaMemsetAsync(dq_accum, 0, dq_accum_bytes(s), stream);
   if (error == cudaSuccess && semaphores != nullptr)
     error = cudaMemsetAsync(semaphores, 0, dq_semaphore_bytes(s), stream);
+  // Early only when no memset above came between it and the quantize pass.
+  const bool schedule_early =
+      args.schedule_after_quantize_pass && args.dq_buffer_zeroed && semaphores == nullptr;
   if (error == cudaSuccess && key_tile_slots(s) > 0)
-    error = backward::launch_backward_schedule(s, key_tiles_per_doc(s), key_tile_slots(s),
-                                               packs_documents(args), args.device_status,
-                                               tile_order, stream);
+    error = backward::launch_backward_schedule(
+        s, key_tiles_per_doc(s), key_tile_slots(s), packs_documents(args), args.device_status,
+        tile_order, schedule_early ? hopper::Launch::kEarly : hopper::Launch::kInOrder, stream);
   if (error != cudaSuccess) return error;
 
   backward::BackwardParams p = make_params(args, dq_accum, semaphores, tile_order);

@@ -4,6 +4,7 @@
 #include "kernels/backward/key_tiles.h"
 #include "kernels/backward/packed_runs.h"
 #include "kernels/common/block_scan.cuh"
+#include "kernels/hopper/dependent_launch.cuh"
 
 namespace flamia::backward {
 namespace {
@@ -112,17 +113,14 @@ __device__ __forceinline__ void place_chunk(int* bins, int32_t* tile_order, int 
 // One CTA: a counting sort of the pairs with keys by bin. Thread mode: thread t owns documents
 // t, t + kPlanThreads, ... and walks each one's tiles in increasing order in both passes (see the
 // header on stability); warp mode (few documents): warp w owns documents w, w + kPlanWarps, ...
-// (place_chunk keeps the order). The entries past the pairs keep the launch's kNoKeyTile fill.
-__global__ void __launch_bounds__(kPlanThreads)
-    backward_schedule_kernel(const int32_t* cu_q, const int32_t* cu_k, int batch,
-                             int key_tiles_per_doc, int slots, bool causal, int window,
-                             bool pack_documents, const int32_t* device_status,
-                             int32_t* tile_order) {
+// (place_chunk keeps the order). The entries past the pairs get kNoKeyTile.
+__device__ __forceinline__ void plan_tile_order(const int32_t* cu_q, const int32_t* cu_k,
+                                                int batch, int key_tiles_per_doc, int slots,
+                                                bool causal, int window, bool pack_documents,
+                                                int32_t* tile_order) {
   __shared__ int bins[kCostBins];
   __shared__ int scratch[kPlanThreads];
   const int tid = threadIdx.x;
-  // The backward kernel returns before reading the order when the status is bad.
-  if (device_status != nullptr && *device_status != kDeviceStatusOk) return;
   for (int i = tid; i < kCostBins; i += kPlanThreads) bins[i] = 0;
   __syncthreads();
   const bool warp_mode = batch <= kMaxDocumentsForWarps;
@@ -144,8 +142,9 @@ __global__ void __launch_bounds__(kPlanThreads)
       entries(doc, [&](int32_t, int bin) { atomicAdd(&bins[bin], 1); });
   }
   __syncthreads();
-  bin_counts_to_offsets<kPlanThreads, kCostBins>(bins, scratch);
+  const int pairs = bin_counts_to_offsets<kPlanThreads, kCostBins>(bins, scratch);
   __syncthreads();
+  for (int i = pairs + tid; i < slots; i += kPlanThreads) tile_order[i] = kNoKeyTile;
   if (warp_mode) {
     for (int doc = tid / kWarpSize; doc < batch; doc += kPlanWarps)
       chunks(doc, [&](int32_t entry, int bin, bool valid) {
@@ -160,18 +159,32 @@ __global__ void __launch_bounds__(kPlanThreads)
   }
 }
 
+// Launched early (hopper/dependent_launch.cuh), the plan runs beside the quantize pass's last
+// CTAs and completes after it, so that the backward kernel's wait covers both.
+__global__ void __launch_bounds__(kPlanThreads)
+    backward_schedule_kernel(const int32_t* cu_q, const int32_t* cu_k, int batch,
+                             int key_tiles_per_doc, int slots, bool causal, int window,
+                             bool pack_documents, const int32_t* device_status,
+                             int32_t* tile_order) {
+  hopper::allow_dependent_launch();
+  // The backward kernel returns before reading the order when the status is bad.
+  if (device_status == nullptr || *device_status == kDeviceStatusOk)
+    plan_tile_order(cu_q, cu_k, batch, key_tiles_per_doc, slots, causal, window, pack_documents,
+                    tile_order);
+  hopper::wait_for_prior_grids();
+}
+
 }  // namespace
 
 cudaError_t launch_backward_schedule(const PackedShape& shape, int key_tiles_per_doc, int slots,
                                      bool pack_documents, const int32_t* device_status,
-                                     int32_t* tile_order, cudaStream_t stream) {
-  static_assert(kNoKeyTile == -1, "the fill below writes 0xFF bytes");
-  cudaError_t error = cudaMemsetAsync(tile_order, 0xFF, tile_order_bytes(slots), stream);
-  if (error != cudaSuccess) return error;
-  backward_schedule_kernel<<<1, kPlanThreads, 0, stream>>>(
-      shape.cu_seqlens_q, shape.cu_seqlens_k, shape.batch, key_tiles_per_doc, slots, shape.causal,
-      shape.causal ? shape.sliding_window : 0, pack_documents, device_status, tile_order);
-  return cudaGetLastError();
+                                     int32_t* tile_order, hopper::Launch launch,
+                                     cudaStream_t stream) {
+  return hopper::launch_kernel(backward_schedule_kernel, dim3(1), dim3(kPlanThreads), 0, stream,
+                               launch, shape.cu_seqlens_q, shape.cu_seqlens_k, shape.batch,
+                               key_tiles_per_doc, slots, bool(shape.causal),
+                               shape.causal ? shape.sliding_window : 0, pack_documents,
+                               device_status, tile_order);
 }
 
 }  // namespace flamia::backward

@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include "common/layout.h"
+#include "kernels/hopper/dependent_launch.h"
 
 namespace flamia::backward {
 
@@ -40,9 +41,12 @@ inline size_t tile_order_bytes(int slots) {
 }
 
 // Fills tile_order[0, slots) on `stream`: doc * key_tiles_per_doc + tile for every pair with
-// keys (and, pack_documents, a packed run's entry), by descending work, then kNoKeyTile.
+// keys (and, pack_documents, a packed run's entry), by descending work, then kNoKeyTile (nothing
+// when the device status is bad: the backward kernel then reads no order). kEarly only right
+// after a quantize pass (hopper/dependent_launch.cuh).
 cudaError_t launch_backward_schedule(const PackedShape& shape, int key_tiles_per_doc, int slots,
                                      bool pack_documents, const int32_t* device_status,
-                                     int32_t* tile_order, cudaStream_t stream);
+                                     int32_t* tile_order, hopper::Launch launch,
+                                     cudaStream_t stream);
 
 }  // namespace flamia::backward

@@ -19,6 +19,7 @@
 #include "kernels/backward/backward_params.h"
 #include "kernels/backward/dq_buffer.h"
 #include "kernels/backward/tile_factors.cuh"
+#include "kernels/hopper/dependent_launch.cuh"
 #include "kernels/hopper/sync.cuh"
 
 namespace flamia::backward {
@@ -143,6 +144,7 @@ constexpr int kConvertValuesPerStep = 8;
 template <int kHeadDim>
 __global__ void convert_dq_kernel(const float* dq_accum, Bf16MutableView dq, int total_q,
                                   int heads_q, const int32_t* device_status) {
+  hopper::wait_for_prior_grids();  // launched early (backward_launch.cu)
   if (device_status != nullptr && *device_status != 0) return;
   constexpr int kStepsPerRow = kHeadDim / kConvertValuesPerStep;
   const int64_t steps = int64_t(total_q) * heads_q * kStepsPerRow;

@@ -12,6 +12,7 @@
 #include "kernels/backward/key_tiles.h"
 #include "kernels/backward/packed_runs.h"
 #include "kernels/backward/tile_factors.cuh"
+#include "kernels/hopper/dependent_launch.cuh"
 
 namespace flamia::backward {
 namespace {
@@ -32,6 +33,7 @@ static_assert(kValueBlockExpField + 1 == kRowFactorFields, "Fp8QueryFactors' fie
 
 // One thread per (query head, token) row at a time.
 __global__ void row_factors_kernel(const __grid_constant__ BackwardParams p, float* out) {
+  hopper::wait_for_prior_grids();  // launched early (launch_row_factors)
   if (p.device_status != nullptr && *p.device_status != kDeviceStatusOk) return;
   const int64_t rows = int64_t(p.heads_q) * p.total_q;
   for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows;
@@ -79,8 +81,8 @@ cudaError_t launch_row_factors(const BackwardParams& p, float* out, cudaStream_t
   if (rows == 0) return cudaSuccess;
   const int blocks =
       int(std::min<int64_t>((rows + kFactorThreads - 1) / kFactorThreads, kMaxBlocks));
-  row_factors_kernel<<<blocks, kFactorThreads, 0, stream>>>(p, out);
-  return cudaGetLastError();
+  return hopper::launch_kernel(row_factors_kernel, dim3(blocks), dim3(kFactorThreads), 0, stream,
+                               hopper::Launch::kEarly, p, out);
 }
 
 }  // namespace flamia::backward

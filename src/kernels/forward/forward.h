@@ -38,6 +38,9 @@ struct ForwardKernelArgs {
   HeadRange heads;
   int max_ctas = 0;         // persistent CTAs at most (0: one per SM)
   bool plan_ready = false;  // launch_forward_plan already ran for this range's head count
+  // The launch before on the stream is a quantize pass (it writes nothing the plan reads): the
+  // plan may start while it finishes (hopper/dependent_launch.cuh).
+  bool plan_after_quantize_pass = false;
 };
 
 // Head dims with a fused-quantization kernel (128).

@@ -4,6 +4,7 @@
 
 #include "kernels/forward/consumer.cuh"
 #include "kernels/forward/producer.cuh"
+#include "kernels/hopper/dependent_launch.cuh"
 
 namespace flamia::forward {
 
@@ -46,8 +47,11 @@ __global__ void __launch_bounds__(ForwardTile<kHeadDim, kStaticScales>::kThreads
   const uint32_t misalignment = hopper::smem_addr(shared_raw) & 1023u;
   auto& smem = *reinterpret_cast<SharedStorage<kHeadDim, kStaticScales>*>(
       shared_raw + ((1024u - misalignment) & 1023u));
+  hopper::allow_dependent_launch();
   if (threadIdx.x == 0) init_barriers(smem);
   __syncthreads();
+  // Launched early (forward_launch.cu): nothing in global memory is read before this.
+  hopper::wait_for_prior_grids();
   if (params.device_status && *params.device_status != 0) return;
   const int warpgroup = hopper::warpgroup_index_uniform();
   if (warpgroup == 0) {

@@ -5,6 +5,7 @@
 #include "kernels/forward/forward.h"
 #include "kernels/forward/forward_kernel.cuh"
 #include "kernels/common/timeline.cuh"
+#include "kernels/hopper/dependent_launch.cuh"
 #include "kernels/hopper/tensor_map.h"
 
 namespace flamia {
@@ -92,8 +93,10 @@ auto kernel_for(bool debug_p_hat, bool windowed) {
 template <int kHeadDim, bool kStaticScales>
 cudaError_t launch_plan(const ForwardKernelArgs& args, cudaStream_t stream) {
   using Tile = ForwardTile<kHeadDim, kStaticScales>;
-  return forward::launch_schedule_plan(range_shape(args), Tile::kBlockM, Tile::kBlockN,
-                                       args.device_status, args.scheduler_workspace, stream);
+  return forward::launch_schedule_plan(
+      range_shape(args), Tile::kBlockM, Tile::kBlockN, args.device_status,
+      args.scheduler_workspace,
+      args.plan_after_quantize_pass ? hopper::Launch::kEarly : hopper::Launch::kInOrder, stream);
 }
 
 template <int kHeadDim, bool kStaticScales>
@@ -119,8 +122,11 @@ cudaError_t launch_tile(const ForwardKernelArgs& args, ForwardParams params, cud
   const int ctas =
       args.max_ctas > 0 ? std::min(args.max_ctas, persistent_ctas()) : persistent_ctas();
   const int grid = int(std::min<int64_t>(max_items, ctas));
-  kernel<<<grid, Tile::kThreads, kShared, stream>>>(params);
-  return cudaGetLastError();
+  // Right after its plan on the stream, the kernel starts early: it waits for the plan (and the
+  // plan for the quantize pass) before it reads anything (forward_kernel).
+  return hopper::launch_kernel(kernel, dim3(grid), dim3(Tile::kThreads), kShared, stream,
+                               args.plan_ready ? hopper::Launch::kInOrder : hopper::Launch::kEarly,
+                               params);
 }
 
 // A head range of the tensors (not of the fused or debug instantiations' inputs).

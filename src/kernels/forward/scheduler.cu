@@ -2,6 +2,7 @@
 
 #include "kernels/common/block_scan.cuh"
 #include "kernels/forward/document_packing.h"
+#include "kernels/hopper/dependent_launch.cuh"
 
 namespace flamia::forward {
 namespace {
@@ -51,6 +52,7 @@ __global__ void __launch_bounds__(kPlanThreads)
   __shared__ int bins[kScheduleCostBins];
   __shared__ int scratch[kPlanThreads];
   const int tid = threadIdx.x;
+  hopper::allow_dependent_launch();
   const bool skip = device_status && *device_status != 0;
   for (int i = tid; i < kScheduleCostBins; i += kPlanThreads) bins[i] = 0;
   __syncthreads();
@@ -61,13 +63,16 @@ __global__ void __launch_bounds__(kPlanThreads)
   const int tiles = bin_counts_to_offsets<kPlanThreads, kScheduleCostBins>(bins, scratch);
   if (tid == 0) *view.num_items = tiles * heads;
   __syncthreads();
-  if (skip) return;
-  for_each_query_tile(cu_q, cu_k, batch, block_m, block_n, causal, window,
-                      [&](int doc, const DocumentItems& d, int m, int bin) {
-                        const int at = atomicAdd(&bins[bin], 1);
-                        for (int h = 0; h < heads; ++h)
-                          view.items[at * heads + h] = TileItem{doc, h, m, d.doc_count};
-                      });
+  if (!skip)
+    for_each_query_tile(cu_q, cu_k, batch, block_m, block_n, causal, window,
+                        [&](int doc, const DocumentItems& d, int m, int bin) {
+                          const int at = atomicAdd(&bins[bin], 1);
+                          for (int h = 0; h < heads; ++h)
+                            view.items[at * heads + h] = TileItem{doc, h, m, d.doc_count};
+                        });
+  // Launched early, the plan completes only after the quantize pass before it (so the forward
+  // kernel's wait covers both).
+  hopper::wait_for_prior_grids();
 }
 
 }  // namespace
@@ -87,12 +92,12 @@ ScheduleView schedule_view(void* workspace) {
 
 cudaError_t launch_schedule_plan(const PackedShape& shape, int block_m, int block_n,
                                  const int32_t* device_status, void* workspace,
-                                 cudaStream_t stream) {
-  schedule_plan_kernel<<<1, kPlanThreads, 0, stream>>>(
-      shape.cu_seqlens_q, shape.cu_seqlens_k, shape.batch, shape.heads_q, block_m, block_n,
-      shape.causal, shape.causal ? shape.sliding_window : 0, device_status,
-      schedule_view(workspace));
-  return cudaGetLastError();
+                                 hopper::Launch launch, cudaStream_t stream) {
+  return hopper::launch_kernel(schedule_plan_kernel, dim3(1), dim3(kPlanThreads), 0, stream,
+                               launch, shape.cu_seqlens_q, shape.cu_seqlens_k, shape.batch,
+                               shape.heads_q, block_m, block_n, bool(shape.causal),
+                               shape.causal ? shape.sliding_window : 0, device_status,
+                               schedule_view(workspace));
 }
 
 }  // namespace flamia::forward

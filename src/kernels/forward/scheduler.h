@@ -15,6 +15,7 @@
 
 #include "common/layout.h"
 #include "kernels/forward/tile_geometry.cuh"
+#include "kernels/hopper/dependent_launch.h"
 
 namespace flamia::forward {
 
@@ -33,9 +34,11 @@ inline int64_t max_work_items(const PackedShape& shape, int block_m) {
 size_t schedule_workspace_bytes(const PackedShape& shape, int block_m);
 ScheduleView schedule_view(void* workspace);
 
-// Fills the item list on `stream`. Reads cu_seqlens on the device only.
+// Fills the item list on `stream`. Reads cu_seqlens on the device only. kEarly only right after
+// a quantize pass (hopper/dependent_launch.cuh): the plan then runs beside its last CTAs and
+// completes after it.
 cudaError_t launch_schedule_plan(const PackedShape& shape, int block_m, int block_n,
                                  const int32_t* device_status, void* workspace,
-                                 cudaStream_t stream);
+                                 hopper::Launch launch, cudaStream_t stream);
 
 }  // namespace flamia::forward

@@ -22,6 +22,7 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
+#include "kernels/hopper/dependent_launch.cuh"
 #include "kernels/hopper/async_copy.cuh"
 #include "kernels/quantize/document_lookup.cuh"
 #include "kernels/quantize/element_convert.cuh"
@@ -102,6 +103,7 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
                                   ctas_per_sm_at(kGradientTokenRegisters,
                                                  TileGeometry<kHeadDim>::kThreads))
     gradient_token_kernel(const __grid_constant__ JobBatch batch) {
+  hopper::allow_dependent_launch();  // the schedule plan after the pass may start beside it
   using Geometry = TileGeometry<kHeadDim>;
   static_assert(Geometry::kSlices == 1, "head dims 64 and 128: one chunk per thread");
   const TensorJob& job = batch.job[0];

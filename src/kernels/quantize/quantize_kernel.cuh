@@ -17,6 +17,7 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
+#include "kernels/hopper/dependent_launch.cuh"
 #include "common/views.h"
 #include "kernels/quantize/document_lookup.cuh"
 #include "kernels/quantize/element_convert.cuh"
@@ -124,6 +125,7 @@ template <int kHeadDim, bool kGradient>
 __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
                                   min_blocks_per_sm<kHeadDim, kGradient>())
     quantize_tensor_kernel(const __grid_constant__ JobBatch batch) {
+  hopper::allow_dependent_launch();  // the schedule plan after the pass may start beside it
   using Geometry = TileGeometry<kHeadDim>;
   // The gradient kernel serves one job per launch (dO): its fields keep constant offsets.
   int job_index = 0;

@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "common/fp8_numerics.h"
+#include "kernels/hopper/dependent_launch.cuh"
 #include "kernels/quantize/element_convert.cuh"
 #include "kernels/quantize/layout_writers.cuh"
 #include "kernels/quantize/own_loads.cuh"
@@ -139,6 +140,7 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
                                   ctas_per_sm_at(kTokenScaleRegisters,
                                                  TileGeometry<kHeadDim>::kThreads))
     token_scale_kernel(const __grid_constant__ JobBatch batch) {
+  hopper::allow_dependent_launch();  // the schedule plan after the pass may start beside it
   int job_index = 0;
   while (job_index + 1 < batch.count && int(blockIdx.x) >= batch.cta_begin[job_index + 1])
     ++job_index;
