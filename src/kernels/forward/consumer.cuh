@@ -237,8 +237,9 @@ template <int kHeadDim, bool kDebugProbabilities, bool kFusedQuantize, bool kWin
 __device__ __forceinline__ void run_consumer(const ForwardParams& p, Storage& smem, int consumer) {
   using Tile = typename Storage::Tile;
   hopper::warpgroup_registers_increase<kFusedQuantize ? Tile::kFusedConsumerRegisters
-                                       : !kWindowed ? Tile::kUnwindowedConsumerRegisters
-                                                    : Tile::kConsumerRegisters>();
+                                       : Tile::kStaticScales && !kWindowed
+                                           ? Tile::kStaticConsumerRegisters
+                                           : Tile::kConsumerRegisters>();
   const int thread = threadIdx.x % kWarpgroupThreads;
   const int warp = thread / 32;
   const int lane = thread % 32;

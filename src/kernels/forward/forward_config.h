@@ -44,10 +44,10 @@ struct ForwardTile {
   static_assert(kProducerRegisters + kConsumerWarpgroups * kConsumerRegisters <=
                     (1 + kConsumerWarpgroups) * (kRegisterFile / kThreads / 8 * 8),
                 "register split within the launch allocation");
-  // The kernels without a window: beside the 56-register producer the head-dim-64 consumers get
-  // the whole allocation (scale mode kStatic's spilled 8 bytes within 144 registers).
-  static constexpr int kUnwindowedConsumerRegisters = kHeadDim == 64 ? 152 : kConsumerRegisters;
-  static_assert(kProducerRegisters + kConsumerWarpgroups * kUnwindowedConsumerRegisters <=
+  // Scale mode kStatic without a window: at head dim 64 its consumers spilled 8 bytes within 144
+  // registers; beside the 56-register producer they get the whole allocation.
+  static constexpr int kStaticConsumerRegisters = kHeadDim == 64 ? 152 : kConsumerRegisters;
+  static_assert(kProducerRegisters + kConsumerWarpgroups * kStaticConsumerRegisters <=
                     (1 + kConsumerWarpgroups) * (kRegisterFile / kThreads / 8 * 8),
                 "register split within the launch allocation");
   // The sliding-window kernel's producer also moves each item's key tiles to the window's first
