@@ -71,55 +71,6 @@ struct ConsumerRows {
   int lane;
 };
 
-// Whether an item runs as a segment (run_work_item's kSegment): packed short documents, or
-// (kWindowed) a query tile whose rows' sliding windows start inside its key tiles.
-template <bool kWindowed>
-__device__ __forceinline__ bool is_segment_item(const TileGeometry& g) {
-  return g.doc_count > 1 || (kWindowed && g.causal_from == TileGeometry::kWindowed);
-}
-
-// The key tiles a consumer computes in an item: a segment's all; a document item's only those
-// its 64 rows see (the rest it releases without computing them).
-template <int kBlockN>
-__device__ __forceinline__ int consumer_key_tiles(const TileGeometry& g, int tile_row0,
-                                                  bool segment, bool causal) {
-  return segment ? g.n_tiles : visible_key_tiles<kBlockN>(g, tile_row0, kRowsPerConsumer, causal);
-}
-
-template <int kHeadDim, typename Storage>
-__device__ __forceinline__ uint64_t query_desc(Storage& smem, int q_buffer, int tile_row0) {
-  return hopper::make_smem_desc(hopper::smem_addr(smem.q[q_buffer] + tile_row0 * kHeadDim),
-                                qk_swizzle<kHeadDim>());
-}
-
-template <int kHeadDim, typename Storage>
-__device__ __forceinline__ uint64_t key_desc(Storage& smem, int stage) {
-  return hopper::make_smem_desc(hopper::smem_addr(smem.k[stage]), qk_swizzle<kHeadDim>());
-}
-
-// Issues the next item's first S = Q̂K̂ᵀ (into s, in flight) before this item's epilogue, so
-// that the tensor cores work while the epilogue runs. `item_count` and `iteration` are the next
-// item's; false (nothing issued) when this consumer computes none of its key tiles. The waits
-// block: the producer has that Q̂ tile and key tile in flight by then (the Q̂ buffers are double,
-// and the key tile's stage was released by every consumer kStages tiles earlier).
-template <int kHeadDim, bool kWindowed, typename Storage>
-__device__ __forceinline__ bool open_next_item(const ForwardParams& p, Storage& smem,
-                                               int tile_row0, int item_count, int iteration,
-                                               float (&s)[Storage::Tile::kScoreRegisters]) {
-  using Tile = typename Storage::Tile;
-  const int q_buffer = item_count % Tile::kQBuffers;
-  hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
-  const TileGeometry& g = smem.item[q_buffer].geo;
-  if (consumer_key_tiles<Tile::kBlockN>(g, tile_row0, is_segment_item<kWindowed>(g),
-                                        p.causal != 0) == 0)
-    return false;
-  const int stage = iteration % Tile::kStages;
-  hopper::mbarrier_wait(&smem.k_full[stage], uint32_t(iteration / Tile::kStages) & 1);
-  mma_scores<kHeadDim, Tile::kBlockN>(s, query_desc<kHeadDim>(smem, q_buffer, tile_row0),
-                                      key_desc<kHeadDim>(smem, stage));
-  return true;
-}
-
 // One work item: a document's query tile, or (kSegment) a segment of packed short documents or a
 // query tile whose rows' sliding windows start inside its key tiles (per-row key ranges). The
 // two run separate instantiations so that the tile loop of long documents carries nothing of the
@@ -130,16 +81,11 @@ __device__ __forceinline__ bool open_next_item(const ForwardParams& p, Storage& 
 // fused quantization, whose producer leaves the two fused staging slots unused.
 // Storage::Tile::kStaticScales: scale mode kStatic's tile (static_softmax_rows: no per-key
 // factors in the softmax).
-// `s` holds the scores of the tile in flight: `opened` when the item's first one was issued
-// before the previous item's epilogue (open_next_item); `next_item` whether this consumer has
-// another item after this one, whose first tile it then opens the same way (Tile::kOpensNextItem).
 template <int kHeadDim, bool kDebugProbabilities, bool kSegment, bool kStagedOutput,
-          bool kWindowed, typename Storage>
+          typename Storage>
 __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& smem,
                                               const WorkItem& w, const ConsumerRows& rows,
-                                              int index, int item_count, int& iteration,
-                                              float (&s)[Storage::Tile::kScoreRegisters],
-                                              bool& opened, bool next_item) {
+                                              int index, int item_count, int& iteration) {
   using Tile = typename Storage::Tile;
   constexpr bool kStaticScales = Tile::kStaticScales;
   constexpr int kBlockN = Tile::kBlockN;
@@ -172,10 +118,13 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
 #pragma unroll
   for (int i = 0; i < Tile::kAccumulatorRegisters; ++i) acc[i] = 0.0f;
 
-  const uint64_t desc_q = query_desc<kHeadDim>(smem, q_buffer, tile_row0);
+  const uint64_t desc_q = hopper::make_smem_desc(
+      hopper::smem_addr(smem.q[q_buffer] + tile_row0 * kHeadDim), qk_swizzle<kHeadDim>());
   // This consumer's rows see only the item's first `visible_tiles` key tiles; it releases the
   // rest (wholly masked for them) without computing them, after the loop.
-  const int visible_tiles = consumer_key_tiles<kBlockN>(w.geo, tile_row0, kSegment, p.causal != 0);
+  const int visible_tiles =
+      kSegment ? w.geo.n_tiles
+               : visible_key_tiles<kBlockN>(w.geo, tile_row0, kRowsPerConsumer, p.causal != 0);
   uint32_t a[kBlockN / 32][4];
   float reference_inv_value_scale;  // 2^-ev_ref of the tile (producer.cuh)
   // Scores of tile n (already in s) -> t, p, the P̂ operand `a`, and what l needs from the
@@ -222,6 +171,9 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
       add_fallback_row_sums<kBlockN>(a, factors, lane, state);
     hopper::mbarrier_arrive(&smem.k_empty[stage]);
   };
+  auto k_desc = [&](int stage) {
+    return hopper::make_smem_desc(hopper::smem_addr(smem.k[stage]), qk_swizzle<kHeadDim>());
+  };
   auto stage_of = [](int it) { return it % Tile::kStages; };
   auto phase_of = [](int it) { return uint32_t(it / Tile::kStages) & 1; };
 
@@ -231,11 +183,10 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
   // the registers that wider key tiles need.
   for (int n = 0; n < visible_tiles; ++n, ++iteration) {
     const int stage = stage_of(iteration);
+    float s[kBlockN / 2];
     float ratio[kRowsPerThread];
-    if (n > 0 || !opened) {
-      hopper::mbarrier_wait(&smem.k_full[stage], phase_of(iteration));
-      mma_scores<kHeadDim, kBlockN>(s, desc_q, key_desc<kHeadDim>(smem, stage));
-    }
+    hopper::mbarrier_wait(&smem.k_full[stage], phase_of(iteration));
+    mma_scores<kHeadDim, kBlockN>(s, desc_q, k_desc(stage));
     hopper::warpgroup_wait<0>();
     hopper::fence_registers(s);
     softmax(s, n, stage, ratio);
@@ -267,8 +218,6 @@ __device__ __forceinline__ void run_work_item(const ForwardParams& p, Storage& s
   }
   if (threadIdx.x % kWarpgroupThreads == 0 && tile_row0 < 2 * kRowsPerConsumer)
     timeline::stamp(index, 1 + 3 * (tile_row0 / kRowsPerConsumer));
-  opened = Tile::kOpensNextItem && next_item &&
-           open_next_item<kHeadDim, kWindowed>(p, smem, tile_row0, item_count + 1, iteration, s);
   if constexpr (kStagedOutput) {
     uint8_t* staging =
         smem.fused_stage[item_count % Tile::kOutputStagingSlots] + tile_row0 * kHeadDim * 2;
@@ -300,8 +249,6 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, Storage& sm
   const int items = work_item_count(p);
   int iteration = 0;
   int item_count = 0;
-  float s[Tile::kScoreRegisters];  // the scores of the key tile in flight (run_work_item)
-  bool opened = false;
   for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
     const int q_buffer = item_count % Tile::kQBuffers;
     hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
@@ -311,13 +258,12 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, Storage& sm
     if (stamps) timeline::stamp(index, 3 * consumer);
     const WorkItem w = smem.item[q_buffer];
     constexpr bool kStaged = !kFusedQuantize;
-    const bool next_item = index + int(gridDim.x) < items;
-    if (is_segment_item<kWindowed>(w.geo))
-      run_work_item<kHeadDim, kDebugProbabilities, true, kStaged, kWindowed>(
-          p, smem, w, rows, index, item_count, iteration, s, opened, next_item);
+    if (w.geo.doc_count > 1 || (kWindowed && w.geo.causal_from == TileGeometry::kWindowed))
+      run_work_item<kHeadDim, kDebugProbabilities, true, kStaged>(p, smem, w, rows, index,
+                                                                  item_count, iteration);
     else
-      run_work_item<kHeadDim, kDebugProbabilities, false, kStaged, kWindowed>(
-          p, smem, w, rows, index, item_count, iteration, s, opened, next_item);
+      run_work_item<kHeadDim, kDebugProbabilities, false, kStaged>(p, smem, w, rows, index,
+                                                                   item_count, iteration);
     if (stamps) timeline::stamp(index, 3 * consumer + 2);
     if (stamps && consumer == 0) timeline::record_place(index, w.geo.n_tiles);
   }

@@ -64,14 +64,6 @@ struct ForwardTile {
                     kFusedProducerRegisters + kConsumerWarpgroups * kFusedConsumerRegisters <=
                         (1 + kConsumerWarpgroups) * (kRegisterFile / kThreads / 8 * 8),
                 "register split within the launch allocation");
-  // Each consumer issues its next item's first S = Q̂K̂ᵀ before its epilogue (open_next_item),
-  // holding those scores' registers over the epilogue: in the two-consumer kernels (232
-  // registers). The three-consumer ones spilled with it (scale mode kStatic's at head dim 128
-  // ~500 bytes, head dim 64's 12-86).
-#ifndef FLAMIA_OPEN_NEXT_ITEM
-#define FLAMIA_OPEN_NEXT_ITEM 1
-#endif
-  static constexpr bool kOpensNextItem = FLAMIA_OPEN_NEXT_ITEM != 0 && kConsumerWarpgroups == 2;
   static constexpr int kBlockM = kRowsPerConsumer * kConsumerWarpgroups;  // query rows per tile
   // The staged epilogue alternates two slots of BF16 O tiles; where two do not fit in shared
   // memory (head dim 128 with three consumers) one O tile spans both slots.
