@@ -176,8 +176,6 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   params.softmax_stats = advance(args.softmax_stats, q_rows * kSoftmaxStatsPerRow);
   params.device_status = args.device_status;
   params.schedule = forward::schedule_view(args.scheduler_workspace);
-  // Chunks of the overlapped forward share one plan (plan_ready), so they keep the grid stride.
-  params.dynamic_items = args.plan_ready ? 0 : 1;
   params.debug_p_hat = args.debug_p_hat;
   return static_scales ? launch_tile<kHeadDim, true>(args, params, stream)
                        : launch_tile<kHeadDim, false>(args, params, stream);

@@ -119,18 +119,6 @@ __device__ __forceinline__ void write_row_sum_rows(uint8_t row_sum_byte, uint8_t
     vt_tile[hopper::swizzled_offset<128>(kHeadDim + r, slot)] = row_sum_byte;
 }
 
-// After the CTA's last item: a Q buffer holding kNoMoreItems instead of an item, which ends the
-// consumers' loops (every producer thread arrives, without a Q tile).
-template <typename Storage>
-__device__ __forceinline__ void signal_no_more_items(Storage& smem, int item_count) {
-  using Tile = typename Storage::Tile;
-  const int buffer = item_count % Tile::kQBuffers;
-  if (item_count >= Tile::kQBuffers)
-    hopper::mbarrier_wait(&smem.q_empty[buffer], ((item_count / Tile::kQBuffers) & 1) ^ 1);
-  if (threadIdx.x % kWarpgroupThreads == 0) smem.item[buffer].index = kNoMoreItems;
-  hopper::mbarrier_arrive(&smem.q_full[buffer]);
-}
-
 // kWindowed: the sliding-window kernel's producer (the others compile the window away).
 template <int kHeadDim, bool kWindowed, typename Storage>
 __device__ __forceinline__ void run_producer(const ForwardParams& p, Storage& smem) {
@@ -149,8 +137,7 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p, Storage& sm
   const int items = work_item_count(p);
   int iteration = 0;
   int item_count = 0;
-  for (int index = blockIdx.x; index < items; ++item_count) {
-    const int next_index = issues_tma ? next_work_item(p, index) : 0;
+  for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
     const WorkItem w = work_item<Tile::kBlockM, Tile::kBlockN>(p, index, window);
     const int buffer = item_count % Tile::kQBuffers;
     if (item_count >= Tile::kQBuffers)
@@ -195,13 +182,7 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p, Storage& sm
         hopper::mbarrier_arrive(&smem.v_full[stage]);
       }
     }
-    // The next index, from the TMA thread to the others (two slots: a slot is rewritten only
-    // after every thread passed the barrier of the item in between).
-    if (issues_tma) smem.next_item[item_count & 1] = next_index;
-    producer_sync();
-    index = smem.next_item[item_count & 1];
   }
-  signal_no_more_items(smem, item_count);
 }
 
 // The fused producer's sequence of tiles: each work item's Q tile, then V and K of each key
@@ -261,10 +242,7 @@ __device__ __forceinline__ void run_fused_producer(const ForwardParams& p,
   hopper::warpgroup_registers_decrease<Tile::kFusedProducerRegisters>();
   const bool block32 = p.fused_block32 != 0;
   const int items = work_item_count(p);
-  if (int(blockIdx.x) >= items) {
-    signal_no_more_items(smem, 0);
-    return;
-  }
+  if (int(blockIdx.x) >= items) return;
   FusedStep step{int(blockIdx.x), 0, FusedTile::kQ};
   WorkItem w = work_item<Tile::kBlockM, Tile::kBlockN>(p, step.index);
   stage_fused_step<kHeadDim>(p, step, w, smem.fused_stage[0]);
@@ -323,7 +301,6 @@ __device__ __forceinline__ void run_fused_producer(const ForwardParams& p,
     w = next_item;
   }
   hopper::async_copy_wait_all();
-  signal_no_more_items(smem, item_count);
 }
 
 }  // namespace flamia::forward

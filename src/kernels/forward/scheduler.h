@@ -3,10 +3,7 @@
 // each expanded into its query heads (neighbouring items share K̂/V̂ of a KV head in L2).
 // Short documents are packed: consecutive documents of at most kPackedDocumentTokens tokens
 // that lie inside the same query-tile-sized window share one item (document_packing.h).
-// Persistent CTAs take their first item by CTA index and each next one from a global counter
-// (the order of the list; ForwardParams::item_counter), so the tail is made of the shortest items
-// and no CTA runs more than one item past the others. (Round-robin over the sorted list left the
-// CTAs apart by up to the longest item's time.)
+// Persistent CTAs take items round-robin, so the tail is made of the shortest items.
 // (Measured: a document-major order had better L2 locality but a worse tail, 0.63 -> 0.73 ms
 // on equal-2k.)
 #pragma once
@@ -22,10 +19,9 @@
 
 namespace flamia::forward {
 
-// Workspace: a header (the number of items, the item counter), then the items.
+// Workspace: a header (the number of items), then the items.
 struct ScheduleView {
   int32_t* num_items;
-  int32_t* item_counter;  // zeroed by the plan; the forward kernel's CTAs take items from it
   TileItem* items;
 };
 

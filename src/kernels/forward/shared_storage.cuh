@@ -44,7 +44,6 @@ struct alignas(1024) SharedStorage {
   // each query row's visible keys and exponent, so that a consumer's item starts with shared
   // memory reads instead of chains of dependent global loads.
   WorkItem item[Tile::kQBuffers];
-  int next_item[2];  // the producer's next item index, alternating (run_producer)
   RowKeyRange row_keys[Tile::kQBuffers][Tile::kBlockM];
   int8_t q_row_exp[Tile::kQBuffers][Tile::kBlockM];
   int8_t fused_key_exp[Tile::kStages][Tile::kBlockN];

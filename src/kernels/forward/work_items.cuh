@@ -9,7 +9,6 @@
 namespace flamia::forward {
 
 struct WorkItem {
-  int index;  // in the plan's list; kNoMoreItems: the producer has no further item for the CTA
   int head;
   int kv_head;
   TileGeometry geo;
@@ -20,7 +19,6 @@ template <int kBlockM, int kBlockN>
 __device__ __forceinline__ WorkItem work_item(const ForwardParams& p, int index, int window = 0) {
   const TileItem tile = p.schedule.items[index];
   WorkItem w;
-  w.index = index;
   w.head = tile.head;
   w.kv_head = w.head / p.group_size;
   w.geo =
@@ -28,18 +26,8 @@ __device__ __forceinline__ WorkItem work_item(const ForwardParams& p, int index,
   return w;
 }
 
-constexpr int kNoMoreItems = -1;
-
 __device__ __forceinline__ int work_item_count(const ForwardParams& p) {
   return *p.schedule.num_items;
-}
-
-// The index of the CTA's item after `index`: from the plan's item counter (dynamic_items), else
-// by the grid's stride. Called by one producer thread when the item starts (its round trip runs
-// under the item's loads).
-__device__ __forceinline__ int next_work_item(const ForwardParams& p, int index) {
-  return p.dynamic_items != 0 ? int(gridDim.x) + atomicAdd(p.schedule.item_counter, 1)
-                              : index + int(gridDim.x);
 }
 
 }  // namespace flamia::forward
