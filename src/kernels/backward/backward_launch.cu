@@ -186,8 +186,8 @@ cudaError_t launch_for_head_dim(const BackwardKernelArgs& a, const backward::Bac
   const int blocks =
       int(std::min<int64_t>((steps + kConvertThreads - 1) / kConvertThreads, kConvertMaxBlocks));
   return hopper::launch_kernel(backward::convert_dq_kernel<kHeadDim>, dim3(blocks),
-                               dim3(kConvertThreads), 0, stream, hopper::Launch::kEarly,
-                               p.dq_accum, a.dq, s.total_q, s.heads_q, a.device_status);
+                               dim3(kConvertThreads), 0, stream, hopper::Launch::kEarly, p.dq_accum,
+                               a.dq, s.total_q, s.heads_q, a.device_status);
 }
 
 }  // namespace

@@ -114,9 +114,9 @@ __device__ __forceinline__ void place_chunk(int* bins, int32_t* tile_order, int 
 // t, t + kPlanThreads, ... and walks each one's tiles in increasing order in both passes (see the
 // header on stability); warp mode (few documents): warp w owns documents w, w + kPlanWarps, ...
 // (place_chunk keeps the order). The entries past the pairs get kNoKeyTile.
-__device__ __forceinline__ void plan_tile_order(const int32_t* cu_q, const int32_t* cu_k,
-                                                int batch, int key_tiles_per_doc, int slots,
-                                                bool causal, int window, bool pack_documents,
+__device__ __forceinline__ void plan_tile_order(const int32_t* cu_q, const int32_t* cu_k, int batch,
+                                                int key_tiles_per_doc, int slots, bool causal,
+                                                int window, bool pack_documents,
                                                 int32_t* tile_order) {
   __shared__ int bins[kCostBins];
   __shared__ int scratch[kPlanThreads];
@@ -180,11 +180,10 @@ cudaError_t launch_backward_schedule(const PackedShape& shape, int key_tiles_per
                                      bool pack_documents, const int32_t* device_status,
                                      int32_t* tile_order, hopper::Launch launch,
                                      cudaStream_t stream) {
-  return hopper::launch_kernel(backward_schedule_kernel, dim3(1), dim3(kPlanThreads), 0, stream,
-                               launch, shape.cu_seqlens_q, shape.cu_seqlens_k, shape.batch,
-                               key_tiles_per_doc, slots, bool(shape.causal),
-                               shape.causal ? shape.sliding_window : 0, pack_documents,
-                               device_status, tile_order);
+  return hopper::launch_kernel(
+      backward_schedule_kernel, dim3(1), dim3(kPlanThreads), 0, stream, launch, shape.cu_seqlens_q,
+      shape.cu_seqlens_k, shape.batch, key_tiles_per_doc, slots, bool(shape.causal),
+      shape.causal ? shape.sliding_window : 0, pack_documents, device_status, tile_order);
 }
 
 }  // namespace flamia::backward

@@ -94,8 +94,7 @@ template <int kHeadDim, bool kStaticScales>
 cudaError_t launch_plan(const ForwardKernelArgs& args, cudaStream_t stream) {
   using Tile = ForwardTile<kHeadDim, kStaticScales>;
   return forward::launch_schedule_plan(
-      range_shape(args), Tile::kBlockM, Tile::kBlockN, args.device_status,
-      args.scheduler_workspace,
+      range_shape(args), Tile::kBlockM, Tile::kBlockN, args.device_status, args.scheduler_workspace,
       args.plan_after_quantize_pass ? hopper::Launch::kEarly : hopper::Launch::kInOrder, stream);
 }
 

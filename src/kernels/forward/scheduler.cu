@@ -93,11 +93,10 @@ ScheduleView schedule_view(void* workspace) {
 cudaError_t launch_schedule_plan(const PackedShape& shape, int block_m, int block_n,
                                  const int32_t* device_status, void* workspace,
                                  hopper::Launch launch, cudaStream_t stream) {
-  return hopper::launch_kernel(schedule_plan_kernel, dim3(1), dim3(kPlanThreads), 0, stream,
-                               launch, shape.cu_seqlens_q, shape.cu_seqlens_k, shape.batch,
-                               shape.heads_q, block_m, block_n, bool(shape.causal),
-                               shape.causal ? shape.sliding_window : 0, device_status,
-                               schedule_view(workspace));
+  return hopper::launch_kernel(
+      schedule_plan_kernel, dim3(1), dim3(kPlanThreads), 0, stream, launch, shape.cu_seqlens_q,
+      shape.cu_seqlens_k, shape.batch, shape.heads_q, block_m, block_n, bool(shape.causal),
+      shape.causal ? shape.sliding_window : 0, device_status, schedule_view(workspace));
 }
 
 }  // namespace flamia::forward

@@ -8,8 +8,8 @@
 //   kernel before it has completed and its memory is visible, so the early kernel's completion
 //   still implies its predecessor's, and a later ordinary launch waits for both.
 // - Before that wait it touches no memory the kernel before it writes, and writes none that
-//   kernel reads. Most early kernels wait first (they gain the launch latency); the schedule plans do
-//   their whole work first (they read only cu_seqlens and the device status, which kernels two
+//   kernel reads. Most early kernels wait first (they gain the launch latency); the schedule plans
+//   do their whole work first (they read only cu_seqlens and the device status, which kernels two
 //   or more launches earlier wrote), and are launched early only right after a quantize pass.
 // Kernels that may have an early successor call allow_dependent_launch() when they start.
 // Without the launch attribute both instructions are no-ops.
