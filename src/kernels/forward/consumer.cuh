@@ -246,17 +246,12 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, Storage& sm
   const int tile_row0 = consumer * kRowsPerConsumer;  // first row of this consumer in the tile
   const ConsumerRows rows{tile_row0, tile_row0 + 16 * warp + lane / 4, lane};
 
-  const int items = work_item_count(p);
   int iteration = 0;
-  int item_count = 0;
-  for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
-    const int q_buffer = item_count % Tile::kQBuffers;
-    hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
+  auto run_item = [&](const WorkItem& w, int index, int item_count) {
     // Timeline probe events (timeline.h; empty in production builds), consumer c's first
     // thread: 3c item ready, 3c + 1 key tiles done, 3c + 2 outputs written (c < 2).
     const bool stamps = thread == 0 && consumer < 2;
     if (stamps) timeline::stamp(index, 3 * consumer);
-    const WorkItem w = smem.item[q_buffer];
     constexpr bool kStaged = !kFusedQuantize;
     if (w.geo.doc_count > 1 || (kWindowed && w.geo.causal_from == TileGeometry::kWindowed))
       run_work_item<kHeadDim, kDebugProbabilities, true, kStaged>(p, smem, w, rows, index,
@@ -266,6 +261,27 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, Storage& sm
                                                                    item_count, iteration);
     if (stamps) timeline::stamp(index, 3 * consumer + 2);
     if (stamps && consumer == 0) timeline::record_place(index, w.geo.n_tiles);
+  };
+  // The items: where kDynamicItems the producer hands each over with its Q tile (WorkItem::index),
+  // then kNoMoreItems; otherwise every thread follows the grid's stride (forward_config.h).
+  if constexpr (kDynamicItems<kHeadDim>) {
+    for (int item_count = 0;; ++item_count) {
+      const int q_buffer = item_count % Tile::kQBuffers;
+      hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
+      const int index = smem.handed_index[q_buffer];
+      if (index == kNoMoreItems) break;
+      const WorkItem w = smem.item[q_buffer];
+      run_item(w, index, item_count);
+    }
+  } else {
+    const int items = work_item_count(p);
+    int item_count = 0;
+    for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
+      const int q_buffer = item_count % Tile::kQBuffers;
+      hopper::mbarrier_wait(&smem.q_full[q_buffer], (item_count / Tile::kQBuffers) & 1);
+      const WorkItem w = smem.item[q_buffer];
+      run_item(w, index, item_count);
+    }
   }
 }
 

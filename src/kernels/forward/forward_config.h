@@ -111,6 +111,16 @@ struct ForwardTile {
   static constexpr int kAccumulatorRegisters = kOutputColumns / 2;  // O, then the row sums
 };
 
+// Whether the persistent CTAs take their items after the first from the plan's global counter
+// (ScheduleView::item_counter: the producer's TMA thread takes the next index as an item starts,
+// one atomic per item) instead of by the grid's stride. Measured (session 36, forward end to end
+// against the stride, best of two rounds, three A/Bs): equal-2k -2 to -3%, mixed-tiny-and-8k
+// -6% static / -8% exact, the 4k-8k-token workloads at head dim 128 within -2 to +1.5%; at head
+// dim 64 +0.6 to +1.7%, so that head dim keeps the stride (and its kernels their session-35
+// code). The fused-quantize producer takes the stride but hands its items over the same way.
+template <int kHeadDim>
+constexpr bool kDynamicItems = kHeadDim == 128;
+
 // One byte of a row-sum row: e4m3 holds the powers of two 2^-9 .. 2^8 exactly, so a key whose
 // value exponent lies within this window around the tile's reference key is summed by the MMA;
 // one outside it gets 0 there and is added by the consumers in FP32 (the rare fallback).

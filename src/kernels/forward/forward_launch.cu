@@ -175,6 +175,7 @@ cudaError_t launch_for_head_dim(const ForwardKernelArgs& args, cudaStream_t stre
   params.softmax_stats = advance(args.softmax_stats, q_rows * kSoftmaxStatsPerRow);
   params.device_status = args.device_status;
   params.schedule = forward::schedule_view(args.scheduler_workspace);
+  params.dynamic_items = forward::kDynamicItems<kHeadDim> && !args.plan_ready ? 1 : 0;
   params.debug_p_hat = args.debug_p_hat;
   return static_scales ? launch_tile<kHeadDim, true>(args, params, stream)
                        : launch_tile<kHeadDim, false>(args, params, stream);

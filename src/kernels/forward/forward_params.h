@@ -36,6 +36,10 @@ struct ForwardParams {
   float* softmax_stats;  // [Hq][total_q][2] or nullptr
   const int32_t* device_status;
   ScheduleView schedule;
+  // Whether the CTAs take their items after the first from schedule.item_counter (1) or by a
+  // stride of the grid (0: kDynamicItems off, or chunks of the overlapped forward, which share
+  // one plan and so one counter).
+  int dynamic_items;
   // Fused quantization (forward_kernel<..., kFusedQuantize>): the producer quantizes these BF16
   // inputs itself (fused_quantize.cuh); the maps and exponent arrays above are then unused.
   Bf16View fused_q;

@@ -119,6 +119,18 @@ __device__ __forceinline__ void write_row_sum_rows(uint8_t row_sum_byte, uint8_t
     vt_tile[hopper::swizzled_offset<128>(kHeadDim + r, slot)] = row_sum_byte;
 }
 
+// After the CTA's last item: a Q buffer holding kNoMoreItems instead of an item, which ends the
+// consumers' loops (every producer thread arrives, without a Q tile).
+template <typename Storage>
+__device__ __forceinline__ void signal_no_more_items(Storage& smem, int item_count) {
+  using Tile = typename Storage::Tile;
+  const int buffer = item_count % Tile::kQBuffers;
+  if (item_count >= Tile::kQBuffers)
+    hopper::mbarrier_wait(&smem.q_empty[buffer], ((item_count / Tile::kQBuffers) & 1) ^ 1);
+  if (threadIdx.x % kWarpgroupThreads == 0) smem.handed_index[buffer] = kNoMoreItems;
+  hopper::mbarrier_arrive(&smem.q_full[buffer]);
+}
+
 // kWindowed: the sliding-window kernel's producer (the others compile the window away).
 template <int kHeadDim, bool kWindowed, typename Storage>
 __device__ __forceinline__ void run_producer(const ForwardParams& p, Storage& smem) {
@@ -137,12 +149,16 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p, Storage& sm
   const int items = work_item_count(p);
   int iteration = 0;
   int item_count = 0;
-  for (int index = blockIdx.x; index < items; index += gridDim.x, ++item_count) {
+  // With dynamic items the TMA thread takes the next index once the item's Q buffer is free, so
+  // that the counter's round trip runs under the item's loads.
+  for (int index = blockIdx.x; index < items; ++item_count) {
     const WorkItem w = work_item<Tile::kBlockM, Tile::kBlockN>(p, index, window);
     const int buffer = item_count % Tile::kQBuffers;
     if (item_count >= Tile::kQBuffers)
       hopper::mbarrier_wait(&smem.q_empty[buffer], ((item_count / Tile::kQBuffers) & 1) ^ 1);
+    const int next_index = kDynamicItems<kHeadDim> && issues_tma ? next_work_item(p, index) : 0;
     write_item_rows<kHeadDim>(p, w, smem, buffer, true, window);
+    if (kDynamicItems<kHeadDim> && issues_tma) smem.handed_index[buffer] = index;
     if (issues_tma) {
       hopper::mbarrier_arrive_expect_tx(&smem.q_full[buffer], Tile::kQTileBytes);
       hopper::tma_load_3d(smem.q[buffer], &p.q_map, &smem.q_full[buffer], 0, w.head,
@@ -182,7 +198,17 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p, Storage& sm
         hopper::mbarrier_arrive(&smem.v_full[stage]);
       }
     }
+    // The next index, from the TMA thread to the others (two slots: a slot is rewritten only
+    // after every thread passed the barrier of the item in between). The grid stride needs none.
+    if (kDynamicItems<kHeadDim> && p.dynamic_items != 0) {
+      if (issues_tma) smem.next_item[item_count & 1] = next_index;
+      producer_sync();
+      index = smem.next_item[item_count & 1];
+    } else {
+      index += int(gridDim.x);
+    }
   }
+  if constexpr (kDynamicItems<kHeadDim>) signal_no_more_items(smem, item_count);
 }
 
 // The fused producer's sequence of tiles: each work item's Q tile, then V and K of each key
@@ -242,7 +268,11 @@ __device__ __forceinline__ void run_fused_producer(const ForwardParams& p,
   hopper::warpgroup_registers_decrease<Tile::kFusedProducerRegisters>();
   const bool block32 = p.fused_block32 != 0;
   const int items = work_item_count(p);
-  if (int(blockIdx.x) >= items) return;
+  static_assert(kDynamicItems<kHeadDim>, "the consumers wait for the fused producer's last signal");
+  if (int(blockIdx.x) >= items) {
+    signal_no_more_items(smem, 0);
+    return;
+  }
   FusedStep step{int(blockIdx.x), 0, FusedTile::kQ};
   WorkItem w = work_item<Tile::kBlockM, Tile::kBlockN>(p, step.index);
   stage_fused_step<kHeadDim>(p, step, w, smem.fused_stage[0]);
@@ -270,6 +300,7 @@ __device__ __forceinline__ void run_fused_producer(const ForwardParams& p,
           smem.q[buffer], smem.q_row_exp[buffer], smem.fused_amax[kAmaxOfQ],
           smem.fused_block[kAmaxOfQ]);
       write_item_rows<kHeadDim>(p, w, smem, buffer, false);
+      if (threadIdx.x % kWarpgroupThreads == 0) smem.handed_index[buffer] = step.index;
       hopper::fence_proxy_async_shared();  // the S = Q̂K̂ᵀ wgmma reads the tile
       hopper::mbarrier_arrive(&smem.q_full[buffer]);
       ++item_count;
@@ -301,6 +332,7 @@ __device__ __forceinline__ void run_fused_producer(const ForwardParams& p,
     w = next_item;
   }
   hopper::async_copy_wait_all();
+  signal_no_more_items(smem, item_count);
 }
 
 }  // namespace flamia::forward

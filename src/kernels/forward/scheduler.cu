@@ -61,7 +61,10 @@ __global__ void __launch_bounds__(kPlanThreads)
                         [&](int, const DocumentItems&, int, int bin) { atomicAdd(&bins[bin], 1); });
   __syncthreads();
   const int tiles = bin_counts_to_offsets<kPlanThreads, kScheduleCostBins>(bins, scratch);
-  if (tid == 0) *view.num_items = tiles * heads;
+  if (tid == 0) {
+    *view.num_items = tiles * heads;
+    *view.item_counter = 0;
+  }
   __syncthreads();
   if (!skip)
     for_each_query_tile(cu_q, cu_k, batch, block_m, block_n, causal, window,
@@ -86,6 +89,7 @@ ScheduleView schedule_view(void* workspace) {
   WorkspaceCarver carve(workspace);
   ScheduleView view;
   view.num_items = carve.take<int32_t>(kScheduleHeaderInts);
+  view.item_counter = view.num_items + 1;
   view.items = reinterpret_cast<TileItem*>(carve.take<int4>(0));
   return view;
 }

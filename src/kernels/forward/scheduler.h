@@ -3,7 +3,11 @@
 // each expanded into its query heads (neighbouring items share K̂/V̂ of a KV head in L2).
 // Short documents are packed: consecutive documents of at most kPackedDocumentTokens tokens
 // that lie inside the same query-tile-sized window share one item (document_packing.h).
-// Persistent CTAs take items round-robin, so the tail is made of the shortest items.
+// Persistent CTAs take their first item by CTA index and, at head dim 128 (kDynamicItems), each
+// next one from a global counter in the order of the list (ScheduleView::item_counter), so the
+// tail is made of the shortest items and no CTA runs more than about one item past the others;
+// round-robin over the sorted list (head dim 64, the overlapped forward's chunks) left the CTAs
+// apart by up to the longest item's time.
 // (Measured: a document-major order had better L2 locality but a worse tail, 0.63 -> 0.73 ms
 // on equal-2k.)
 #pragma once
@@ -19,9 +23,10 @@
 
 namespace flamia::forward {
 
-// Workspace: a header (the number of items), then the items.
+// Workspace: a header (the number of items, the item counter), then the items.
 struct ScheduleView {
   int32_t* num_items;
+  int32_t* item_counter;  // zeroed by the plan; the forward kernel's CTAs take items from it
   TileItem* items;
 };
 

@@ -56,6 +56,11 @@ struct alignas(1024) SharedStorage {
   uint64_t k_empty[Tile::kStages];
   uint64_t v_full[Tile::kStages];  // V̂ᵀ landed and the producer's row-sum rows written
   uint64_t v_empty[Tile::kStages];
+  // kDynamicItems only (placed last, so the other kernels' layout is unchanged): each Q buffer's
+  // item index as the producer hands it over (kNoMoreItems after the CTA's last item), and the
+  // producer's next item index, alternating (run_producer).
+  int handed_index[Tile::kQBuffers];
+  int next_item[2];
 };
 
 }  // namespace flamia::forward
