@@ -262,8 +262,9 @@ __device__ __forceinline__ void run_consumer(const ForwardParams& p, Storage& sm
     if (stamps) timeline::stamp(index, 3 * consumer + 2);
     if (stamps && consumer == 0) timeline::record_place(index, w.geo.n_tiles);
   };
-  // The items: where kDynamicItems the producer hands each over with its Q tile (WorkItem::index),
-  // then kNoMoreItems; otherwise every thread follows the grid's stride (forward_config.h).
+  // The items: where kDynamicItems the producer hands each one's index over with its Q tile
+  // (SharedStorage::handed_index), then kNoMoreItems; otherwise every thread follows the grid's
+  // stride (forward_config.h).
   if constexpr (kDynamicItems<kHeadDim>) {
     for (int item_count = 0;; ++item_count) {
       const int q_buffer = item_count % Tile::kQBuffers;
