@@ -151,13 +151,12 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p, Storage& sm
   int item_count = 0;
   // With dynamic items the TMA thread takes the next index once the item's Q buffer is free, so
   // that the counter's round trip runs under the item's loads.
-  const bool takes_next = kDynamicItems<kHeadDim> && p.dynamic_items != 0;
   for (int index = blockIdx.x; index < items; ++item_count) {
     const WorkItem w = work_item<Tile::kBlockM, Tile::kBlockN>(p, index, window);
     const int buffer = item_count % Tile::kQBuffers;
     if (item_count >= Tile::kQBuffers)
       hopper::mbarrier_wait(&smem.q_empty[buffer], ((item_count / Tile::kQBuffers) & 1) ^ 1);
-    const int next_index = takes_next && issues_tma ? take_next_item(p) : 0;
+    const int next_index = kDynamicItems<kHeadDim> && issues_tma ? next_work_item(p, index) : 0;
     write_item_rows<kHeadDim>(p, w, smem, buffer, true, window);
     if (kDynamicItems<kHeadDim> && issues_tma) smem.handed_index[buffer] = index;
     if (issues_tma) {
@@ -201,7 +200,7 @@ __device__ __forceinline__ void run_producer(const ForwardParams& p, Storage& sm
     }
     // The next index, from the TMA thread to the others (two slots: a slot is rewritten only
     // after every thread passed the barrier of the item in between). The grid stride needs none.
-    if (takes_next) {
+    if (kDynamicItems<kHeadDim> && p.dynamic_items != 0) {
       if (issues_tma) smem.next_item[item_count & 1] = next_index;
       producer_sync();
       index = smem.next_item[item_count & 1];

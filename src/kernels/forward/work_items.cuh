@@ -32,11 +32,12 @@ __device__ __forceinline__ int work_item_count(const ForwardParams& p) {
   return *p.schedule.num_items;
 }
 
-// The CTA's next item from the plan's item counter (dynamic_items): the first gridDim.x items
-// are the CTAs' first ones. Taken by one producer thread as an item starts (its round trip runs
+// The index of the CTA's item after `index`: from the plan's item counter (dynamic_items), else
+// by the grid's stride. Called by one producer thread when the item starts (its round trip runs
 // under the item's loads).
-__device__ __forceinline__ int take_next_item(const ForwardParams& p) {
-  return int(gridDim.x) + atomicAdd(p.schedule.item_counter, 1);
+__device__ __forceinline__ int next_work_item(const ForwardParams& p, int index) {
+  return p.dynamic_items != 0 ? int(gridDim.x) + atomicAdd(p.schedule.item_counter, 1)
+                              : index + int(gridDim.x);
 }
 
 }  // namespace flamia::forward
