@@ -187,6 +187,13 @@ __device__ __forceinline__ void write_debug_p_hat(const BackwardParams& p, const
       }
 }
 
+// The thread's key warpgroup, warp-uniform where kUniformKeyWarpgroup.
+template <int kHeadDim>
+__device__ __forceinline__ int key_warpgroup_index() {
+  if constexpr (kUniformKeyWarpgroup<kHeadDim>) return hopper::warpgroup_index_uniform();
+  return threadIdx.x / kWarpgroupThreads;
+}
+
 // Work placed between a wgmma's issue and its wait must read no wgmma's accumulator and must not
 // branch, or ptxas serializes every wgmma of the kernel (C7517/C7518).
 // kDebugPHat: the test instrument's instantiation (write_debug_p_hat). It is a template
@@ -219,7 +226,7 @@ __device__ __forceinline__ void backward_step(
   const auto& tiles = smem.stage[step.stage];
   const int head = step.head(item, p.group_size);
   const int q0 = step.q0;
-  const int warpgroup = threadIdx.x / kWarpgroupThreads;
+  const int warpgroup = key_warpgroup_index<kHeadDim>();
   const int lane = threadIdx.x % kWarpSize;
   const auto& qf = smem.query[step.stage];
 
