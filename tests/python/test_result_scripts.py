@@ -1,6 +1,6 @@
 """The result scripts the GPU runs feed: scripts/sass_hotspots.py (an Nsight Compute source-page
-CSV summed by opcode) and scripts/collect_results.py merge (keeps the previous h200.json's
-A/B and profile keys)."""
+CSV summed by opcode), scripts/collect_results.py merge (keeps the previous h200.json's
+A/B and profile keys), and scripts/sass_compare.py (two builds' SASS, function by function)."""
 
 from __future__ import annotations
 
@@ -273,3 +273,36 @@ def test_collect_results_keeps_and_renders_the_power_state(tmp_path):
     assert "| w | 2.000 | 1.600 | 0.80 | 2.000 | 1.600 | 0.80 |" in table
     assert "| workload / backend / phase | idle | warm |" in table
     assert "| w/fa4/fwd | 1.000 (1965 MHz, 689.11 W) | 1.500 (1965 MHz, 689.11 W) |" in table
+
+
+SASS_A = """\
+		Function : kernel_same
+        /*0000*/                   MOV R1, c[0x0][0x28] ;                  /* 0x00000a0000017a02 */
+        /*0010*/                   EXIT ;                                   /* 0x000000000000794d */
+		Function : kernel_moved
+        /*0000*/                   R2UR UR8, R6 ;                           /* 0x00000000060872ca */
+        /*0010*/              @!P0 IMAD R2, R3, 0x4, R2 ;                   /* 0x0000000403028824 */
+        /*0020*/                   QGMMA.64x64x32.F32.E4M3.E4M3 R24, gdesc[UR8], RZ, !UPT ; /* 0x0 */
+"""
+
+
+def test_sass_compare_reads_every_instruction(tmp_path):
+    a = tmp_path / "a.sass"
+    b = tmp_path / "b.sass"
+    a.write_text(SASS_A)
+    # kernel_same differs only in addresses and encodings; kernel_moved loses its R2UR and IMAD
+    b.write_text(SASS_A.replace("/*0010*/                   EXIT ;                                   "
+                                "/* 0x000000000000794d */",
+                                "/*0020*/                   EXIT ; /* 0x1111 */")
+                 .replace("        /*0000*/                   R2UR UR8, R6 ;"
+                          "                           /* 0x00000000060872ca */\n", "")
+                 .replace("@!P0 IMAD R2, R3, 0x4, R2", "UIADD3 UR8, UR4, 0x4, URZ"))
+    out = run(str(SCRIPTS / "sass_compare.py"), str(a), str(b)).splitlines()
+    assert out[0] == "1 identical, 1 different (of 2 functions matching '')"
+    assert out[1].startswith("kernel_moved: 3 -> 2 instructions; ")
+    assert set(out[1].split("; ")[1].split(" ")) == {"IMAD", "-1", "R2UR", "UIADD3", "+1"}
+    # a renamed register is a change
+    b.write_text(SASS_A.replace("MOV R1,", "MOV R2,"))
+    out = run(str(SCRIPTS / "sass_compare.py"), str(a), str(b), "--filter", "same").splitlines()
+    assert out == ["0 identical, 1 different (of 1 functions matching 'same')",
+                   "kernel_same: 2 -> 2 instructions; (same opcodes; operands or order differ)"]
