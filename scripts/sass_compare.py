@@ -5,8 +5,6 @@ For "this change leaves those kernels' SASS unchanged" claims and for reading wh
 to the ones it touched. Input: libraries, objects or `cuobjdump -sass` text files.
     sass_compare.py BUILD_A BUILD_B [--filter REGEX] [--opcodes N]
 Addresses and encodings are ignored; register names are not (a renamed register is a change).
-Session 36 compared only the "Function :" lines with a regex that matched no instruction line
-(mawk's \\s) and called changed kernels unchanged: this reads each instruction.
 cuobjdump comes from PATH, else from PyPI's nvidia-cuda-cuobjdump (nvidia/cu13/bin).
 """
 import argparse
