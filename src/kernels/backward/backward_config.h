@@ -48,7 +48,7 @@ constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim == 64;
 // Head dim 128's key warpgroups take their warpgroup index as a warp-uniform value (broadcast from
 // lane 0, hopper::warpgroup_index_uniform), so that ptxas builds the per-step wgmma descriptors
 // of their key tiles in uniform registers: 30-45 fewer instructions per step (no R2UR copies),
-// static forward+backward 2-4% faster on equal-8k and longtail (session 37, docs/results.md).
+// static forward+backward 3-4% faster on equal-8k, uniform and longtail (session 37).
 // Head dim 64 keeps threadIdx.x's: its kernels measured 0.6-1.2% slower with it.
 template <int kHeadDim>
 constexpr bool kUniformKeyWarpgroup = kHeadDim == 128;
