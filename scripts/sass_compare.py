@@ -15,13 +15,10 @@ import shutil
 import subprocess
 import sys
 
+from sass_hotspots import opcode  # (this folder's; the same opcode rule)
+
 FUNCTION = re.compile(r"Function : (\S+)")
 INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+([^;]*);")
-PREDICATE = re.compile(r"^@!?U?P[0-9T]+\s+")
-
-
-def opcode(instruction):
-    return PREDICATE.sub("", instruction).split(" ")[0].split(".")[0]
 
 
 def parse(sass_text):
