@@ -20,6 +20,8 @@ CASES = [  # (doc lengths, heads_q, heads_kv, head_dim, scale_mode, precision)
     ([4096, 33, 1000], 4, 4, 128, "block32", "fp8"),
     ([512, 1, 1500, 64], 8, 4, 64, "exact", "fp8"),
     ([1024, 300], 4, 1, 128, "exact", "fp8-bf16grad"),
+    ([1, 17, 113, 2048, 700, 96], 8, 2, 128, "static", "fp8"),
+    ([512, 1, 1500, 64], 8, 4, 64, "static", "fp8"),
 ]
 
 
@@ -36,9 +38,12 @@ def run_one(out_path: str) -> None:
             t.requires_grad_(True)
         cu = torch.tensor([0] + list(torch.tensor(docs).cumsum(0)), dtype=torch.int32,
                           device="cuda")
+        # static: K's and V's exponents from this batch (delayed scaling would take a past one's)
+        static = ({"static_exponents": flamia.static_exponents(k.detach(), v.detach(), margin=1)}
+                  if mode == "static" else {})
         o, lse = flamia.attn_varlen_func(q, k, v, cu, cu, max(docs), max(docs), causal=True,
                                          scale_mode=mode, precision=precision,
-                                         deterministic=True, return_lse=True)
+                                         deterministic=True, return_lse=True, **static)
         o.backward(d_o)
         results[n] = {name: t.detach().cpu() for name, t in
                       (("o", o), ("lse", lse), ("dq", q.grad), ("dk", k.grad), ("dv", v.grad))}
