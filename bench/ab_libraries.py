@@ -70,6 +70,11 @@ def main() -> None:
     for key in best[first]:
         print(key, " ".join(f"{best[lib][key]['fwd_ms']:.3f}/{best[lib][key]['fwdbwd_ms']:.3f}"
                             for lib in opts.libraries))
+    # forward+backward time ratios to the first library, one column per library
+    print("fwd+bwd / first:", " ".join(Path(lib).stem for lib in opts.libraries[1:]))
+    for key in best[first]:
+        print(f"  {key:32s}", " ".join(f"{report['ratio_to_first'][lib][key]['fwdbwd_ms']:.3f}"
+                                       for lib in opts.libraries[1:]))
 
 
 if __name__ == "__main__":
