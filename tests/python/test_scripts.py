@@ -33,11 +33,15 @@ def test_patch_ab_without_variants_prints_its_usage():
     assert "NAME=PATCH[+PATCH...]" in result.stdout
 
 
+def git_status(*options: str) -> str:
+    return subprocess.run(["git", "status", "--porcelain", *options], cwd=ROOT,
+                          capture_output=True, text=True).stdout
+
+
 def clean_tree_with_build() -> bool:
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         return False
-    dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=ROOT,
-                           capture_output=True, text=True).stdout.strip()
+    dirty = git_status("--untracked-files=no").strip()
     return not dirty and (ROOT / "build" / "build.ninja").exists()
 
 
@@ -53,12 +57,9 @@ def clean_tree_with_build() -> bool:
 def test_patch_ab_rejects_bad_variants_before_building(spec, message):
     if not clean_tree_with_build():
         pytest.skip("needs a clean checkout with build/ configured (patch-ab's own preconditions)")
-    before = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
-                            text=True).stdout
+    before = git_status()
     result = run_patch_ab(spec)
     assert result.returncode == 2, result.stdout + result.stderr
     assert message in result.stderr
     assert "== main" not in result.stdout  # nothing was built
-    after = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True,
-                           text=True).stdout
-    assert after == before  # the tree is as it was
+    assert git_status() == before  # the tree is as it was
