@@ -2,7 +2,8 @@
 """A/B of two (or more) builds of libflamia end to end: flamia's forward and forward+backward
 (quantization included) on the public workloads, each library in its own subprocess (a library
 loads once per process), alternating libraries round by round; the best of the rounds per
-library, and each library's ratio to the first.
+library, and each library's ratio to the first. The JSON is rewritten after every run, so a
+timeout keeps the runs done so far.
 
     PYTHONPATH=python python3 bench/ab_libraries.py LIB_A LIB_B [...] --json OUT.json \
         [--scale-modes exact,static] [--workloads a,b] [--rounds 3]
@@ -15,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -52,7 +54,8 @@ def main() -> None:
         child(names, modes, opts.child)
         return
     runs: dict[str, list[dict]] = {lib: [] for lib in opts.libraries}
-    for _ in range(opts.rounds):
+    started = time.monotonic()
+    for round_index in range(opts.rounds):
         for lib in opts.libraries:
             with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
                 env = dict(os.environ, FLAMIA_LIBRARY=lib)
@@ -60,22 +63,38 @@ def main() -> None:
                        opts.scale_modes, "--workloads", ",".join(names), lib]
                 subprocess.run(cmd, env=env, check=True)
                 runs[lib].append(json.loads(Path(tmp.name).read_text()))
-    best = {lib: {key: {m: min(r[key][m] for r in rs) for m in ("fwd_ms", "fwdbwd_ms")}
-                  for key in rs[0]} for lib, rs in runs.items()}
-    first = opts.libraries[0]
-    report = {"libraries": opts.libraries, "rounds": opts.rounds, "best": best, "runs": runs,
-              "ratio_to_first": {lib: {key: {m: round(v[m] / best[first][key][m], 4) for m in v}
-                                       for key, v in b.items()} for lib, b in best.items()}}
-    Path(opts.json).write_text(json.dumps(report, indent=1))
+            print(f"round {round_index + 1}/{opts.rounds} {Path(lib).stem}: "
+                  f"{time.monotonic() - started:.0f} s", flush=True)
+            # after every run, so that a timeout leaves the rounds done so far
+            report = summarize(opts.libraries, runs)
+            Path(opts.json).write_text(json.dumps(report, indent=1))
+    print_report(report)
+
+
+def summarize(libraries: list[str], runs: dict[str, list[dict]]) -> dict:
+    """The best of each library's runs so far and its ratio to the first library (the libraries
+    not run yet are left out)."""
+    done = [lib for lib in libraries if runs[lib]]
+    best = {lib: {key: {m: min(r[key][m] for r in runs[lib]) for m in ("fwd_ms", "fwdbwd_ms")}
+                  for key in runs[lib][0]} for lib in done}
+    first = libraries[0]
+    return {"libraries": done, "rounds": min(len(runs[lib]) for lib in done), "best": best,
+            "runs": {lib: runs[lib] for lib in done},
+            "ratio_to_first": {lib: {key: {m: round(v[m] / best[first][key][m], 4) for m in v}
+                                     for key, v in b.items()} for lib, b in best.items()}}
+
+
+def print_report(report: dict) -> None:
+    libraries, best = report["libraries"], report["best"]
+    first = libraries[0]
     for key in best[first]:
         print(key, " ".join(f"{best[lib][key]['fwd_ms']:.3f}/{best[lib][key]['fwdbwd_ms']:.3f}"
-                            for lib in opts.libraries))
+                            for lib in libraries))
     # forward+backward time ratios to the first library, one column per library
-    print("fwd+bwd / first:", " ".join(Path(lib).stem for lib in opts.libraries[1:]))
+    print("fwd+bwd / first:", " ".join(Path(lib).stem for lib in libraries[1:]))
     for key in best[first]:
         print(f"  {key:32s}", " ".join(f"{report['ratio_to_first'][lib][key]['fwdbwd_ms']:.3f}"
-                                       for lib in opts.libraries[1:]))
-
+                                       for lib in libraries[1:]))
 
 if __name__ == "__main__":
     main()
