@@ -143,6 +143,21 @@ std::vector<BackwardCase> api_cases() {
   BackwardCase sink{"d64_sink_gqa", {700, 129, 33}, {}, 4, 2, 64, true};
   sink.sink = true;
   cases.push_back(sink);
+  // Static without GQA, with and without a sliding window: many key tiles of these documents have
+  // an odd number of steps (1, 3, 5 query tiles of 64 per 128 keys at 300 tokens), so a CTA that
+  // runs several items (the persistent kernel, capped in PersistentCtaCountChangesNoBit) starts
+  // some on either stage.
+  for (int d : {64, 128}) {
+    const std::string tag = "d" + std::to_string(d);
+    const BackwardCase plain{
+        tag + "_causal_mha_static", {1, 17, 113, 0, 300, 1100}, {}, 2, 2, d, true,
+        ScaleMode::kStatic};
+    cases.push_back(plain);
+    BackwardCase window = plain;
+    window.name = tag + "_window200_static";
+    window.sliding_window = 200;
+    cases.push_back(window);
+  }
   return cases;
 }
 
