@@ -306,3 +306,39 @@ def test_sass_compare_reads_every_instruction(tmp_path):
     out = run(str(SCRIPTS / "sass_compare.py"), str(a), str(b), "--filter", "same").splitlines()
     assert out == ["0 identical, 1 different (of 1 functions matching 'same')",
                    "kernel_same: 2 -> 2 instructions; (same opcodes; operands or order differ)"]
+
+
+NVDISASM_G = """\
+//--------------------- .text.kernel_other --------------------------
+        /*0000*/                   EXIT ;
+//--------------------- .text.kernel_loop --------------------------
+\t//## File "/work/x/src/kernels/a.cuh", line 3
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_7:
+\t//## File "/work/x/src/kernels/a.cuh", line 5
+        /*0010*/                   FFMA R2, R2, R3, R4 ;
+        /*0020*/                   FFMA R5, R2, R3, R4 ;
+\t//## File "/work/x/src/kernels/b.cuh", line 9
+        /*0030*/                   MUFU.EX2 R2, R2 ;
+        /*0040*/               @P0 BRA `(.L_x_7) ;
+        /*0050*/                   EXIT ;
+"""
+
+
+def test_sass_lines_attributes_a_loop_to_source_lines(tmp_path, monkeypatch):
+    text = tmp_path / "k.txt"
+    text.write_text(NVDISASM_G)
+    monkeypatch.setattr("sys.path", [str(SCRIPTS)] + sys.path)
+    import sass_lines
+    name, instructions, labels = sass_lines.disassemble(str(text), "kernel_loop")
+    assert name == "kernel_loop" and labels == {"7": 0x10}
+    assert [(a, loc) for a, _, loc in instructions][1] == (0x10, ("kernels/a.cuh", 5))
+    assert sass_lines.loops(instructions, labels, min_loop=2) == [(1, 4)]
+    assert sass_lines.loops(instructions, labels) == []  # a short branch is a spin wait
+    out = run(str(SCRIPTS / "sass_lines.py"), str(text), "--function", "kernel_loop",
+              "--min-loop", "2", "--loop", "0", "--by-file").splitlines()
+    assert out[:2] == ["kernel_loop", "  loop 0: 0x10-0x40, 4 instructions"]
+    assert out[2].split() == ["2", "50.0%", "kernels/a.cuh"]
+    assert out[3].split() == ["2", "50.0%", "kernels/b.cuh"]
+    assert out[4].split()[:4] == ["2", "kernels/a.cuh:5", "FFMA", "2"]
+    assert out[5].split()[:6] == ["2", "kernels/b.cuh:9", "MUFU", "1", "BRA", "1"]
