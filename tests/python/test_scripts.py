@@ -1,7 +1,10 @@
-"""The repository's bash scripts parse, and scripts/patch-ab refuses bad calls before it builds
-anything (it would otherwise spend minutes building, or leave the tree patched)."""
+"""The repository's bash scripts parse, scripts/patch-ab refuses bad calls before it builds
+anything (it would otherwise spend minutes building, or leave the tree patched), and the run.sh
+it generates for the device parses and runs its parts."""
 from __future__ import annotations
 
+import json
+import os
 import shutil
 import subprocess
 
@@ -63,3 +66,41 @@ def test_patch_ab_rejects_bad_variants_before_building(spec, message):
     assert message in result.stderr
     assert "== main" not in result.stdout  # nothing was built
     assert git_status() == before  # the tree is as it was
+
+
+FAKE_COMPARE_BUILDS = """import json, sys
+json.dump({"a": sys.argv[1], "b": sys.argv[2]}, open(sys.argv[sys.argv.index("--json") + 1], "w"))
+"""
+
+
+def test_patch_ab_run_sh_parts(tmp_path):
+    """The generated run.sh parses, and `run.sh bits` compares every variant with main (one
+    bits.json) without running the test sets."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("patch-ab stamps run.sh with the git revision")
+    result = run_patch_ab("--run-sh", "fast", "slow")
+    assert result.returncode == 0, result.stderr
+    run_sh = tmp_path / "pab" / "run.sh"
+    run_sh.parent.mkdir()
+    run_sh.write_text(result.stdout)
+    assert "$d/main.so $d/fast.so $d/slow.so" in result.stdout
+    assert subprocess.run(["bash", "-n", str(run_sh)]).returncode == 0
+    for name in ("main", "fast", "slow"):
+        (run_sh.parent / f"{name}.so").touch()
+    marker = tmp_path / "ran-a-test"
+    tests = run_sh.parent / "tests" / "fast"
+    tests.mkdir(parents=True)
+    (tests / "flamia_gpu_x").write_text(f"#!/bin/sh\ntouch {marker}\n")
+    (tests / "flamia_gpu_x").chmod(0o755)
+    work = tmp_path / "work"  # run.sh runs from a repository root: bench/ here is a fake
+    (work / "bench").mkdir(parents=True)
+    (work / "bench" / "compare_builds.py").write_text(FAKE_COMPARE_BUILDS)
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(run_sh), "bits"], cwd=work,
+                          env={**os.environ, "OUT": str(out)}, capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert not marker.exists()  # bits runs no test set
+    report = json.loads((out / "bits.json").read_text())
+    assert set(report) == {"fast", "slow"}
+    assert report["slow"]["a"].endswith("/main.so") and report["slow"]["b"].endswith("/slow.so")
