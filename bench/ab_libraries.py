@@ -96,5 +96,6 @@ def print_report(report: dict) -> None:
         print(f"  {key:32s}", " ".join(f"{report['ratio_to_first'][lib][key]['fwdbwd_ms']:.3f}"
                                        for lib in libraries[1:]))
 
+
 if __name__ == "__main__":
     main()

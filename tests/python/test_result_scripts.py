@@ -342,3 +342,41 @@ def test_sass_lines_attributes_a_loop_to_source_lines(tmp_path, monkeypatch):
     assert out[3].split() == ["2", "50.0%", "kernels/b.cuh"]
     assert out[4].split()[:4] == ["2", "kernels/a.cuh:5", "FFMA", "2"]
     assert out[5].split()[:6] == ["2", "kernels/b.cuh:9", "MUFU", "1", "BRA", "1"]
+
+
+PTXAS_LOG = """\
+ptxas info    : Compiling entry function '_ZN6flamia8backward15backward_kernelILi128ELb0ELb0ELb0ELb1EEEvNS0_14BackwardParamsE' for 'sm_90a'
+ptxas info    : Function properties for _ZN6flamia8backward15backward_kernelILi128ELb0ELb0ELb0ELb1EEEvNS0_14BackwardParamsE
+    SPILLS_PRODUCTION bytes stack frame, SPILLS_PRODUCTION bytes spill stores, SPILLS_PRODUCTION bytes spill loads
+ptxas info    : Used 168 registers
+ptxas info    : Compiling entry function '_ZN6flamia8backward15backward_kernelILi128ELb0ELb1ELb0ELb1EEEvNS0_14BackwardParamsE' for 'sm_90a'
+    32 bytes stack frame, 48 bytes spill stores, 44 bytes spill loads
+ptxas info    : Used 168 registers
+ptxas info    : Compiling entry function '_ZN6flamia7forward14forward_kernelILi64ELb1ELb0ELb0ELb1EEEvNS0_13ForwardParamsE' for 'sm_90a'
+    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads
+ptxas info    : (C7517) warpgroup.wait is injected in around line 1 by compiler to allow use of registers defined by GMMA in function '_ZN6flamia8backward15backward_kernelILi128ELb0ELb0ELb0ELb1EEEvNS0_14BackwardParamsE'
+"""
+
+
+def test_ptxas_report_fails_on_production_spills_and_serialization(tmp_path):
+    script = str(SCRIPTS / "ptxas_report.py")
+
+    def report(log):
+        return subprocess.run([sys.executable, script, "src/x.cu"], input=log, text=True,
+                              capture_output=True)
+
+    # the test instruments' spills (backward kDebugPHat, forward kDebugProbabilities) and the
+    # injected waits (C7517) pass
+    clean = report(PTXAS_LOG.replace("SPILLS_PRODUCTION", "0"))
+    assert clean.returncode == 0, clean.stdout
+    assert clean.stdout.splitlines()[0] == "x.cu: 3 functions, 2 spill"
+    assert all(line.startswith("  debug: ") for line in clean.stdout.splitlines()[1:])
+    spilling = report(PTXAS_LOG.replace("SPILLS_PRODUCTION", "8"))
+    assert spilling.returncode == 1
+    assert "  PRODUCTION: _ZN6flamia8backward15backward_kernelILi128ELb0ELb0ELb0ELb1E" in \
+        spilling.stdout
+    serialized = report(PTXAS_LOG.replace("SPILLS_PRODUCTION", "0").replace(
+        "(C7517) warpgroup.wait is injected",
+        "(C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized"))
+    assert serialized.returncode == 1
+    assert "wgmma serialized (C7512)" in serialized.stdout
