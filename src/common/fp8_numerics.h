@@ -121,6 +121,22 @@ FLAMIA_HD int scale_exponent(float amax) {
   return e;
 }
 
+// scale_exponent with selects instead of branches: the same value for every input (tests/cpu/
+// test_scale_rule.cpp compares them over the FP32 bit patterns). The rule's upper clamp never
+// binds (the largest finite amax, < 2^128, gives 120), and FP32 subnormals land on the lower one.
+// For kernels' per-row rules, where ptxas keeps scale_exponent's early returns as branches (the
+// backward's key warpgroups: dK's operand exponent, two rows per thread per step).
+FLAMIA_HD int scale_exponent_branch_free(float amax) {
+  const uint32_t bits = float_bits(amax) & 0x7FFFFFFFu;
+  const int biased = int(bits >> 23);
+  constexpr uint32_t kMantissaOf1_75 = 0x600000u;
+  constexpr int kLargestFiniteRule = 0xFE - 127 - 7;
+  static_assert(kLargestFiniteRule <= kMaxScaleExponent, "the upper clamp never binds");
+  const int e = biased - 127 - 8 + ((bits & 0x7FFFFFu) > kMantissaOf1_75 ? 1 : 0);
+  const int clamped = e < kMinScaleExponent ? kMinScaleExponent : e;
+  return (bits == 0 || biased == 0xFF) ? 0 : clamped;
+}
+
 // E4M3 (e4m3fn) decode: exact in FP32.
 FLAMIA_HD float e4m3_decode(uint8_t code) {
   const uint32_t sign = uint32_t(code & 0x80) << 24;

@@ -30,6 +30,23 @@ TEST(ScaleRule, SmallestExponentOnRandomMagnitudes) {
     expect_smallest_exponent(std::ldexp(mantissa(rng), exponent(rng)));
 }
 
+// The kernels' branch-free form agrees with the rule on every sign, exponent and the mantissas
+// around the 1.75 boundary, and on a stride over all FP32 bit patterns (NaN, Inf, subnormals).
+TEST(ScaleRule, BranchFreeFormEqualsTheRule) {
+  constexpr uint32_t kMantissas[] = {0u, 1u, 0x5FFFFFu, 0x600000u, 0x600001u, 0x7FFFFFu};
+  for (uint32_t sign = 0; sign < 2; ++sign)
+    for (uint32_t biased = 0; biased <= 0xFFu; ++biased)
+      for (uint32_t mantissa : kMantissas) {
+        const float a = bits_float(sign << 31 | biased << 23 | mantissa);
+        EXPECT_EQ(scale_exponent_branch_free(a), scale_exponent(a)) << sign << " " << biased;
+      }
+  constexpr uint64_t kStride = 997;  // prime: every exponent and mantissa bit varies
+  for (uint64_t b = 0; b <= 0xFFFFFFFFull; b += kStride) {
+    const float a = bits_float(uint32_t(b));
+    ASSERT_EQ(scale_exponent_branch_free(a), scale_exponent(a)) << b;
+  }
+}
+
 TEST(ScaleRule, BoundaryAtOnePointSevenFive) {
   for (int k = -100; k <= 120; ++k) {
     const float at = std::ldexp(1.75f, k);

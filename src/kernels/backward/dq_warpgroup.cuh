@@ -181,7 +181,7 @@ __device__ __forceinline__ void find_dq_scales(ForEachY&& for_each_y, float soft
     float amax = row_amax[r];
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
     amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
-    const int gq = scale_exponent(__fmul_rn(amax, f.q_inv_scale[r]));
+    const int gq = scale_exponent_branch_free(__fmul_rn(amax, f.q_inv_scale[r]));
     f.dq_scale[r] = softmax_scale * exp2_int(gq);
     f.operand_scale[r] = __fmul_rn(power_of_two(-gq), f.q_inv_scale[r]);
   }

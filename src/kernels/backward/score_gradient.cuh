@@ -180,7 +180,12 @@ __device__ __forceinline__ void key_gradient_operand(const float (&x)[kScoreRegi
   for (int r = 0; r < kRowsPerThread; ++r) {
     amax[r] = fmaxf(amax[r], __shfl_xor_sync(0xffffffffu, amax[r], 1));
     amax[r] = fmaxf(amax[r], __shfl_xor_sync(0xffffffffu, amax[r], 2));
-    if (amax[r] > 0.0f) gk[r] = scale_exponent(amax[r]);
+    // (a select, not a branch: ptxas branches around the rule for the ternary)
+    const int rule = scale_exponent_branch_free(amax[r]);
+    asm("{\n .reg .pred take;\n setp.gt.f32 take, %2, 0f00000000;\n"
+        " selp.s32 %0, %1, %0, take;\n}\n"
+        : "+r"(gk[r])
+        : "r"(rule), "f"(amax[r]));
   }
   const float inv_scale[kRowsPerThread] = {exp2_int(-gk[0]), exp2_int(-gk[1])};
   auto h_value = [&](int i) { return __fmul_rn(x[i], inv_scale[register_row(i)]); };
