@@ -103,6 +103,9 @@ FLAMIA_HD float inverse_l_factor(float l) {
 #endif
 }
 
+// FP32 mantissa field of 1.75 (448 = 1.75 * 2^8): the scale rule's boundary.
+constexpr uint32_t kMantissaOf1_75 = 0x600000u;
+
 // The saturation-avoiding scale rule: the smallest e with amax * 2^-e <= 448, computed exactly
 // from amax's exponent and mantissa (no log2f/ceilf), clamped to the representable range.
 // amax = 0, NaN or Inf gives e = 0.
@@ -114,7 +117,6 @@ FLAMIA_HD int scale_exponent(float amax) {
   const uint32_t mantissa = bits & 0x7FFFFFu;
   const int exponent = biased - 127;
   // amax = (1 + m) 2^E;  (1 + m) 2^(E - e) <= 1.75 * 2^8  <=>  e = E - 8 if 1 + m <= 1.75.
-  constexpr uint32_t kMantissaOf1_75 = 0x600000u;
   int e = mantissa <= kMantissaOf1_75 ? exponent - 8 : exponent - 7;
   if (e < kMinScaleExponent) e = kMinScaleExponent;
   if (e > kMaxScaleExponent) e = kMaxScaleExponent;
@@ -129,7 +131,6 @@ FLAMIA_HD int scale_exponent(float amax) {
 FLAMIA_HD int scale_exponent_branch_free(float amax) {
   const uint32_t bits = float_bits(amax) & 0x7FFFFFFFu;
   const int biased = int(bits >> 23);
-  constexpr uint32_t kMantissaOf1_75 = 0x600000u;
   constexpr int kLargestFiniteRule = 0xFE - 127 - 7;
   static_assert(kLargestFiniteRule <= kMaxScaleExponent, "the upper clamp never binds");
   const int e = biased - 127 - 8 + ((bits & 0x7FFFFFu) > kMantissaOf1_75 ? 1 : 0);
