@@ -424,7 +424,11 @@ def main():
     set_warmup(opts.warmup_seconds)
     workloads = json.loads(Path(opts.workloads_file).read_text())["workloads"]
     anchors = json.loads((ROOT / "bench/anchors.json").read_text())["workloads"]
-    chosen = [n for n in workloads if not opts.workloads or n in opts.workloads.split(",")]
+    asked = opts.workloads.split(",") if opts.workloads else list(workloads)
+    unknown = [n for n in asked if n not in workloads]
+    if unknown:  # (the JSON is written per workload: no selection would leave no file)
+        ap.error(f"unknown workloads {unknown} (in {opts.workloads_file}: {list(workloads)})")
+    chosen = [n for n in workloads if n in asked]
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
                "scale_mode": opts.scale_mode, "rounds": opts.rounds,
                "warmup_seconds": opts.warmup_seconds, "workloads": {}}
