@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """How often the backward's dK operand exponent gk changes from one step to the next (CPU, no
-flamia needed): the question behind a rescale-skipping contract (docs/results.md, Next steps).
+flamia needed): the question behind a rescale-skipping contract (docs/results-log.md, Next steps).
 
 Per key row j the FP8 backward quantizes x_ij = dS_ij 2^eq_i over each 64-query block with
 gk_j = ceil(log2(amax / 448)) (numerics §5.8) and rescales the dK accumulator row when gk

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What the granularity of dS's FP8 scales costs dK and dQ (CPU, no flamia needed): the question
-behind a cheaper backward contract for scale mode static (docs/results.md, session 37).
+behind a cheaper backward contract for scale mode static (docs/results-log.md, session 37).
 
 The FP8 backward quantizes x_ij = dS_ij 2^eq_i twice (numerics §5.7-5.8): for dK with one
 exponent per (key row, 64-query block) and for dQ with one per (query row, 128-key block), each

@@ -2,7 +2,7 @@
 """Where one flamia forward call's time goes (end to end through the PyTorch front): every CUDA
 kernel it launches with its duration, the idle gaps between them, and the call's wall time,
 from torch.profiler, for each workload of bench/workloads.json. The end-to-end forward adds
-0.4-0.7 ms to the forward kernel on the public workloads (docs/results.md, Speed); this says
+0.4-0.7 ms to the forward kernel on the public workloads (docs/results-log.md, Speed); this says
 which part is the quantize pass, which the small kernels (argument checks, schedule plan) and
 which the host. With --backward it profiles a training step's attention instead: the forward
 with a gradient wanted, then out.backward(dO) (autograd's own kernels included).

@@ -6,7 +6,7 @@ instructions. Used by scripts/gpu-sass-profile.
 With --ranges, sums them instead over address ranges of the kernel (START-END, hexadecimal
 offsets from its first instruction as `cuobjdump -sass` prints them, END exclusive), as percent
 of all samples, each with its hottest instructions: the time of a loop's phases, read off the
-SASS (docs/results.md, session 17, attributes the backward's time this way).
+SASS (docs/results-log.md, session 17, attributes the backward's time this way).
     sass_hotspots.py FILE.csv --ranges 0x38c0-0x4280 0x4280-0x4660 ... [--top N]
 """
 import argparse

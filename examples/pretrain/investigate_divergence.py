@@ -1,5 +1,5 @@
 """Can the numerics contract itself (not a kernel bug) explain the FP8 pretraining divergence?
-CPU study with the emulation of fp8_emulation.py (docs/results.md, "Divergence investigation").
+CPU study with the emulation of fp8_emulation.py (docs/results-log.md, "Divergence investigation").
 
     # 1. the emulation against float64 on N(0,1) inputs (compare with docs/numerics.md §7/§8)
     python3 examples/pretrain/investigate_divergence.py verify

@@ -29,7 +29,7 @@ class ModelConfig:
     norm_eps: float = 1e-5
     max_positions: int = 8192
     # RMSNorm of each head's q and k before RoPE (OLMo 2, Qwen 3, Gemma 3): fixes their scale up to
-    # learnable gains, and with it the absolute error of FP8 Q·Kᵀ (docs/results.md, "lower-noise
+    # learnable gains, and with it the absolute error of FP8 Q·Kᵀ (docs/results-log.md, "lower-noise
     # recipe").
     qk_norm: bool = False
 

@@ -42,7 +42,7 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     depends on the data) and the fastest forward: its softmax reads no per-key factors).
     precision: backward precision, "fp8" (all products in FP8) or
     "fp8-bf16grad" (dP, dQ, dK in BF16: the precision that trained within 1% of BF16 attention
-    in the pretraining example, at 0.95-1.19x fp8's forward+backward time; docs/results.md).
+    in the pretraining example, at 0.95-1.19x fp8's forward+backward time; docs/results-log.md).
     deterministic: bitwise reproducible backward. When a gradient is wanted at precision "fp8",
     the forward keeps its quantized Q, K, V for the backward (autograd holds those FP8 copies,
     as many bytes as the BF16 q, k, v, instead of q, k, v; the backward then quantizes only dO;

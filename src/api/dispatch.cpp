@@ -158,7 +158,7 @@ WorkspaceLayout with_saved_operands(WorkspaceLayout ws, const flamia_problem& p,
 }  // namespace
 
 // FUSED only: AUTO takes the separate pass, the faster one on every shape measured
-// (docs/results.md, fused quantization). Validation rejects FUSED where it has no kernel.
+// (docs/results-log.md, fused quantization). Validation rejects FUSED where it has no kernel.
 bool forward_fuses_quantize(const flamia_forward_args& a) {
   return a.quantize == FLAMIA_QUANTIZE_FUSED;
 }

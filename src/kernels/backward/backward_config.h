@@ -41,7 +41,7 @@ struct Fp8RegisterBudget {
 // the next step starts with them landed or nearly so (backward_kernel.cuh, backward_step; backward
 // kernel -4%). Head dim 128 has ~200 of its 208 registers live in the step: its variant (Sᵀ and
 // dPᵀ's first half, issued once dV and dK have completed) spilled and measured 2-4% slower
-// (session 24, docs/results.md), as did the other orders tried there.
+// (session 24, docs/results-log.md), as did the other orders tried there.
 template <int kHeadDim, bool kBf16Grad>
 constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim == 64;
 

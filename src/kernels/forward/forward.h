@@ -10,7 +10,7 @@ namespace flamia {
 
 // Fused quantization: the kernel's producer quantizes the BF16 inputs itself (no separate pass;
 // docs/numerics.md §3 unchanged, bit for bit). Not with key smoothing; head dim 128. Measured
-// slower than the separate pass on the H200 (docs/results.md), so only on request.
+// slower than the separate pass on the H200 (docs/results-log.md), so only on request.
 struct FusedQuantizeInputs {
   bool enabled = false;
   Bf16View q, k, v;

@@ -2,7 +2,7 @@
 // warpgroup reads the BF16 Q, K and V rows of each tile and writes the same E4M3 bytes and
 // exponents the separate pass (docs/numerics.md §3) would have written, straight into the
 // shared-memory tiles the TMA would have filled. Short documents gain: the separate pass costs
-// more than the whole attention there (docs/results.md). Key smoothing is not fused (the API
+// more than the whole attention there (docs/results-log.md). Key smoothing is not fused (the API
 // runs the separate pass for it).
 //
 // The BF16 rows of a tile arrive by cp.async in a staging slot (two slots: the next tile's
