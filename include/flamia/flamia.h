@@ -51,8 +51,9 @@ typedef enum flamia_key_smoothing {
 typedef enum flamia_forward_quantize {
   FLAMIA_QUANTIZE_AUTO = 0,     /* the faster path measured: SEPARATE on every shape so far */
   FLAMIA_QUANTIZE_SEPARATE = 1, /* a quantize pass over the whole tensors, then the attention */
-  FLAMIA_QUANTIZE_FUSED = 2     /* inside the attention kernel, per tile (head dim 128, no key
-                                   smoothing; else FLAMIA_ERROR_UNSUPPORTED) */
+  FLAMIA_QUANTIZE_FUSED = 2     /* inside the attention kernel, per tile (head dim 128; no key
+                                   smoothing, SCALE_STATIC or sliding window; else
+                                   FLAMIA_ERROR_UNSUPPORTED) */
 } flamia_forward_quantize;
 
 /* A (tokens, heads, head_dim) tensor; strides in elements, head_dim contiguous. */
@@ -77,7 +78,8 @@ typedef struct flamia_problem {
   int32_t max_seqlen_q;
   int32_t max_seqlen_k;
   float softmax_scale; /* e.g. 1/sqrt(head_dim) */
-  int32_t causal;      /* each causal document needs equal q and k lengths (else UNSUPPORTED) */
+  int32_t causal;      /* each causal document needs equal q and k lengths: total_q != total_k
+                          is UNSUPPORTED; a document's lengths differing, INVALID_SEQLENS */
   flamia_scale_mode scale_mode;
   flamia_key_smoothing key_smoothing;
   const float* key_smoothing_vector; /* device, (heads_kv, head_dim) FP32, for SMOOTH_VECTOR */
@@ -106,14 +108,16 @@ typedef struct flamia_forward_args {
   flamia_forward_quantize quantize; /* AUTO (0) unless measuring one path */
   /* Optional (NULL: not kept): a buffer of flamia_saved_operands_size bytes, 256-byte aligned,
    * where the forward keeps its quantized Q, K, V in every layout the FP8 backward reads. A
-   * backward given it reads no q, k, v and skips their quantization. Not with FUSED. */
+   * backward given it reads no q, k, v and skips their quantization. Not with FUSED; apart from
+   * the workspace. */
   void* saved_operands;
   size_t saved_operands_bytes;
   /* Optional (NULL: not written): device FP32 (2, heads_kv), 16-byte aligned. Row 0: each KV
    * head's max |k - m| over all tokens (the keys as quantized: m is the key smoothing's vector
    * or first key, 0 without smoothing), row 1: its max |v|; from the same read as the quantize
    * pass (amax outputs, e.g. the next step's SCALE_STATIC exponents: flamia's delayed scaling).
-   * 0 without keys; NaNs are ignored, as the scale rule ignores them. Not with FUSED. */
+   * 0 without keys; NaNs are ignored, as the scale rule ignores them. Not with FUSED, nor with
+   * keys but no queries (total_q = 0: UNSUPPORTED). */
   float* kv_amax;
 } flamia_forward_args;
 

@@ -52,13 +52,15 @@ extern "C" flamia_status flamia_saved_operands_size(const flamia_problem* proble
 }
 
 // Empty problems (nothing to write) succeed without touching the device: a forward with no
-// queries, a backward with neither queries nor keys. A problem with only one side empty still
-// runs (its outputs are defined: see dispatch.cpp).
+// queries and no kv_amax, a backward with neither queries nor keys. A problem with only one side
+// empty still runs (its outputs are defined: see dispatch.cpp); so does a forward with neither
+// queries nor keys that asks for kv_amax (the fill writes its zeros; with keys but no queries
+// validation refuses kv_amax).
 extern "C" flamia_status flamia_forward(const flamia_forward_args* args) {
   constexpr const char* kWhere = "flamia_forward";
   flamia_status status = validate_forward_args(args, kWhere);
   if (status != FLAMIA_OK) return status;
-  if (args->problem.total_q == 0) return FLAMIA_OK;
+  if (args->problem.total_q == 0 && args->kv_amax == nullptr) return FLAMIA_OK;
   status = require_sm90_device(kWhere);
   if (status != FLAMIA_OK) return status;
   return dispatch_forward(*args, kWhere);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <limits>
+#include <utility>
 
 #include "api/errors.h"
 #include "common/layout.h"
@@ -53,6 +54,22 @@ bool rows_overlap(const flamia_tensor& t, int tokens, int heads, int head_dim) {
   return false;
 }
 
+// Whether every element lies within the 64-bit address space: the offset past the last row,
+// (tokens - 1) * token_stride + (heads - 1) * head_stride + head_dim elements, fits int64 bytes
+// (the kernels' offsets) and added to data does not wrap. Strides are positive (checked first).
+bool extent_fits(const flamia_tensor& t, int tokens, int heads, int head_dim) {
+  constexpr int64_t kMaxElements = std::numeric_limits<int64_t>::max() / kBf16Bytes;
+  int64_t extent = head_dim;
+  for (const auto& [stride, count] :
+       {std::pair{t.token_stride, tokens}, std::pair{t.head_stride, heads}}) {
+    const int64_t steps = int64_t(count) - 1;
+    if (steps > 0 && stride > (kMaxElements - extent) / steps) return false;
+    extent += stride * std::max<int64_t>(steps, 0);
+  }
+  const uintptr_t bytes = uintptr_t(extent) * uintptr_t(kBf16Bytes);
+  return reinterpret_cast<uintptr_t>(t.data) <= std::numeric_limits<uintptr_t>::max() - bytes;
+}
+
 flamia_status check_tensor(const flamia_tensor& t, const TensorCheck& c, int head_dim,
                            const char* where) {
   if (c.tokens == 0) return FLAMIA_OK;
@@ -66,6 +83,13 @@ flamia_status check_tensor(const flamia_tensor& t, const TensorCheck& c, int hea
   flamia_status status = check_stride(t.token_stride, c.name, "token_stride", where);
   if (status == FLAMIA_OK) status = check_stride(t.head_stride, c.name, "head_stride", where);
   if (status != FLAMIA_OK) return status;
+  if (!extent_fits(t, c.tokens, c.heads, head_dim)) {
+    return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+                "%s: %s.token_stride (%lld) and %s.head_stride (%lld) over %d tokens x %d heads "
+                "reach past the 64-bit address space from %s.data (%p); check the strides",
+                where, c.name, static_cast<long long>(t.token_stride), c.name,
+                static_cast<long long>(t.head_stride), c.tokens, c.heads, c.name, t.data);
+  }
   if (c.output && rows_overlap(t, c.tokens, c.heads, head_dim)) {
     return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
                 "%s: %s rows overlap (token_stride %lld, head_stride %lld for %d tokens x %d "

@@ -21,8 +21,9 @@ inline bool is_aligned(const void* pointer, size_t alignment) {
 }
 
 // A BF16 (tokens, heads, head_dim) tensor. Empty tensors are never accessed: their data may be
-// NULL and their strides are not checked. Outputs must not overlap themselves (two rows written
-// to the same bytes would race); inputs may.
+// NULL and their strides are not checked. Every element must lie within the 64-bit address
+// space (the kernels' int64 offsets would wrap). Outputs must not overlap themselves (two rows
+// written to the same bytes would race); inputs may.
 struct TensorCheck {
   const char* name;
   int tokens;

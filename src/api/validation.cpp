@@ -265,6 +265,16 @@ int64_t rows(const flamia_problem& p) {
   return int64_t(p.heads_q) * p.total_q;
 }
 
+// kv_amax comes from the quantize pass, which a forward without queries does not run.
+flamia_status check_forward_kv_amax(const flamia_forward_args& a, const char* where) {
+  if (a.kv_amax == nullptr || a.problem.total_q > 0 || a.problem.total_k == 0) return FLAMIA_OK;
+  return fail(FLAMIA_ERROR_UNSUPPORTED,
+              "%s: kv_amax with keys but no queries (total_q = 0, total_k = %d) is not supported: "
+              "the amax comes from the quantize pass, which a forward without queries does not "
+              "run (pass kv_amax = NULL)",
+              where, a.problem.total_k);
+}
+
 flamia_status check_forward_quantize(const flamia_forward_args& a, const char* where) {
   const int quantize = raw_enum(a.quantize);
   if (quantize != FLAMIA_QUANTIZE_AUTO && quantize != FLAMIA_QUANTIZE_SEPARATE &&
@@ -324,6 +334,22 @@ flamia_status check_saved_operands(const void* saved, size_t bytes, const flamia
   return FLAMIA_OK;
 }
 
+// The saved-operands buffer and the workspace, as far as this problem uses them, are apart: the
+// forward writes both, and the backward writes its workspace while it reads the saved operands.
+flamia_status check_saved_operands_apart(const void* saved, const flamia_problem& p,
+                                         const void* workspace, size_t workspace_used,
+                                         const char* where) {
+  if (saved == nullptr) return FLAMIA_OK;
+  const size_t saved_used = layout_saved_operands(packed_shape(p), nullptr).bytes;
+  const auto s = reinterpret_cast<uintptr_t>(saved);
+  const auto w = reinterpret_cast<uintptr_t>(workspace);
+  if (s >= w ? s - w >= workspace_used : w - s >= saved_used) return FLAMIA_OK;
+  return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+              "%s: saved_operands (%p, %zu bytes used) overlaps the workspace (%p, %zu bytes "
+              "used); pass two separate buffers",
+              where, saved, saved_used, workspace, workspace_used);
+}
+
 flamia_status check_forward_saved_operands(const flamia_forward_args& a, const char* where) {
   if (a.saved_operands != nullptr && raw_enum(a.quantize) == FLAMIA_QUANTIZE_FUSED) {
     return fail(FLAMIA_ERROR_UNSUPPORTED,
@@ -358,11 +384,13 @@ flamia_status validate_forward_problem(const flamia_forward_args& a, const char*
   const flamia_problem& p = a.problem;
   flamia_status status = check_sizes(p, where);
   if (status == FLAMIA_OK) status = check_options(p, where);
-  if (status == FLAMIA_OK) status = check_forward_quantize(a, where);
-  if (status == FLAMIA_OK) status = check_forward_saved_operands(a, where);
+  // The head dim first: the quantize path's messages suggest AUTO, which would not help.
   if (status == FLAMIA_OK) {
     status = check_head_dim_supported(p.head_dim, forward_supports_head_dim, "forward", where);
   }
+  if (status == FLAMIA_OK) status = check_forward_quantize(a, where);
+  if (status == FLAMIA_OK) status = check_forward_saved_operands(a, where);
+  if (status == FLAMIA_OK) status = check_forward_kv_amax(a, where);
   if (status == FLAMIA_OK) status = check_causal_totals(p, where);
   return status;
 }
@@ -428,10 +456,14 @@ flamia_status validate_forward_args(const flamia_forward_args* args, const char*
   if (status == FLAMIA_OK) {
     status = check_saved_operands(a.saved_operands, a.saved_operands_bytes, p, where);
   }
+  size_t required = 0;  // the workspace bytes this problem uses
   if (status == FLAMIA_OK) {
-    const size_t required = layout_workspace(forward_workspace_request(a), nullptr).bytes;
+    required = layout_workspace(forward_workspace_request(a), nullptr).bytes;
     status = check_workspace(a.workspace, a.workspace_bytes, required,
                              "flamia_forward_workspace_size", where);
+  }
+  if (status == FLAMIA_OK) {
+    status = check_saved_operands_apart(a.saved_operands, p, a.workspace, required, where);
   }
   if (status == FLAMIA_OK) status = check_host_seqlens(p, where);
   if (status == FLAMIA_OK) status = check_overlap_environment(where);
@@ -469,10 +501,14 @@ flamia_status validate_backward_args(const flamia_backward_args* args, const cha
   if (status == FLAMIA_OK) {
     status = check_saved_operands(a.saved_operands, a.saved_operands_bytes, p, where);
   }
+  size_t required = 0;  // the workspace bytes this problem uses
   if (status == FLAMIA_OK) {
-    const size_t required = layout_workspace(backward_workspace_request(a), nullptr).bytes;
+    required = layout_workspace(backward_workspace_request(a), nullptr).bytes;
     status = check_workspace(a.workspace, a.workspace_bytes, required,
                              "flamia_backward_workspace_size", where);
+  }
+  if (status == FLAMIA_OK) {
+    status = check_saved_operands_apart(a.saved_operands, p, a.workspace, required, where);
   }
   if (status == FLAMIA_OK) status = check_host_seqlens(p, where);
   return status;

@@ -7,13 +7,15 @@
 //   2. the problem's scalars: batch, totals, heads, head_dim > 0, max_seqlens, softmax_scale,
 //      causal flag, enums (and the backward's precision and deterministic flag)  [INVALID_ARGUMENT]
 //   3. what flamia does not implement: head dims the kernels lack, causal with
-//      total_q != total_k                                                          [UNSUPPORTED]
+//      total_q != total_k, kv_amax with keys but no queries                       [UNSUPPORTED]
 //   4. the problem's pointers: cu_seqlens, host copies, key smoothing vector   [INVALID_ARGUMENT]
-//   5. tensors: data, 16-byte alignment, strides, self-overlapping outputs, LSE, softmax stats
+//   5. tensors: data, 16-byte alignment, strides, extent within the address space,
+//      self-overlapping outputs, LSE, softmax stats
 //                                                                              [INVALID_ARGUMENT]
 //   6. saved_operands (when given): 256-byte aligned, large enough            [INVALID_ARGUMENT]
 //      (not with FUSED, nor with FP8_BF16GRAD: checked in step 3             [UNSUPPORTED])
 //      workspace: NULL, not 256-byte aligned, too small                       [WORKSPACE]
+//      saved_operands overlapping the workspace                               [INVALID_ARGUMENT]
 //   7. host cu_seqlens contents, when given                                   [INVALID_SEQLENS]
 // The entry points then return early for empty problems and check the device (device.h).
 #pragma once

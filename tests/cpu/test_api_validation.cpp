@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <ostream>
 #include <limits>
@@ -290,6 +291,23 @@ std::vector<Case<Setup>> problem_cases() {
        [](Setup& s) { s.args.workspace_bytes = 0; },
        FLAMIA_ERROR_WORKSPACE,
        {"workspace_bytes (0)"}},
+      // The saved operands and the workspace are both written (or the workspace written while
+      // the saved operands are read): one buffer for both would clobber the copies.
+      {"SavedOperandsOverlapWorkspace",
+       [](Setup& s) {
+         s.use_saved_operands();
+         s.args.saved_operands = static_cast<char*>(s.args.workspace) + 256;
+       },
+       FLAMIA_ERROR_INVALID_ARGUMENT,
+       {": saved_operands", "overlaps the workspace"}},
+      {"SavedOperandsRightAfterWorkspaceAreFine",
+       [](Setup& s) {
+         s.use_saved_operands();
+         s.args.saved_operands = static_cast<char*>(s.args.workspace) + s.args.workspace_bytes;
+         s.args.workspace_bytes -= 1;
+       },
+       FLAMIA_ERROR_WORKSPACE,
+       {"too small"}},
       // Host cu_seqlens contents (same rules as the device check).
       {"HostSeqlensNotStartingAtZero",
        [](Setup& s) {
@@ -383,6 +401,12 @@ std::vector<Case<Setup>> tensor_cases(const std::vector<std::string>& names,
                      tensor([](flamia_tensor& t) { t.head_stride = -128; }),
                      FLAMIA_ERROR_INVALID_ARGUMENT,
                      {field + "head_stride (-128)", "positive"}});
+    // 130 token steps of 2^60 elements pass the 64-bit address space: the kernels' offsets
+    // would wrap.
+    cases.push_back({name + "StridesBeyondAddressSpace",
+                     tensor([](flamia_tensor& t) { t.token_stride = int64_t(1) << 60; }),
+                     FLAMIA_ERROR_INVALID_ARGUMENT,
+                     {field + "token_stride (1152921504606846976)", "address space"}});
     // A (heads, tokens, head_dim) layout is fine for every tensor.
     cases.push_back({name + "HeadMajorLayoutIsFine",
                      [name](Setup& s) {
@@ -516,6 +540,14 @@ std::vector<ForwardCase> forward_cases() {
        },
        FLAMIA_ERROR_WORKSPACE,
        {"workspace is NULL"}},
+      {"FusedQuantizeWithUnsupportedHeadDim",  // names the head dim: AUTO would not help
+       [](ForwardSetup& s) {
+         s.args.problem.head_dim = 96;
+         s.relayout();
+         s.args.quantize = FLAMIA_QUANTIZE_FUSED;
+       },
+       FLAMIA_ERROR_UNSUPPORTED,
+       {"problem.head_dim 96 is not supported: the forward kernels implement head dims"}},
       {"HeadDim256",  // unsupported unless the kernels say otherwise; then the workspace fails
        [](ForwardSetup& s) {
          s.args.problem.head_dim = 256;
@@ -723,6 +755,29 @@ TEST(ApiValidation, EmptyProblemSucceedsWithoutTouchingTheDevice) {
   }
   backward.args.softmax_stats = nullptr;
   EXPECT_EQ(flamia_backward(&backward.args), FLAMIA_OK) << flamia_last_error_message();
+}
+
+// kv_amax is an output of the keys alone (0 without keys): a forward without queries but with
+// kv_amax has something to write, so it does not return early (without a GPU it stops at the
+// device check instead of succeeding with kv_amax unwritten).
+TEST(ApiValidation, ForwardWithoutQueriesAndKvAmax) {
+  if (sm90_device_present()) GTEST_SKIP() << "an sm_90 GPU is present (GPU tests cover it)";
+  ForwardSetup no_queries;
+  no_queries.args.problem.causal = 0;
+  no_queries.args.problem.total_q = 0;
+  no_queries.relayout();
+  EXPECT_EQ(flamia_forward(&no_queries.args), FLAMIA_OK) << flamia_last_error_message();
+  no_queries.args.kv_amax = static_cast<float*>(fake_device(14));
+  EXPECT_EQ(flamia_forward(&no_queries.args), FLAMIA_ERROR_UNSUPPORTED);
+  EXPECT_NE(std::strstr(flamia_last_error_message(), "kv_amax"), nullptr)
+      << flamia_last_error_message();
+
+  ForwardSetup empty;
+  empty.args.problem.total_q = 0;
+  empty.args.problem.total_k = 0;
+  empty.relayout();
+  empty.args.kv_amax = static_cast<float*>(fake_device(14));
+  EXPECT_EQ(flamia_forward(&empty.args), FLAMIA_ERROR_NO_DEVICE) << flamia_last_error_message();
 }
 
 TEST(ApiValidation, EmptyProblemIsStillValidated) {
