@@ -18,6 +18,7 @@ are the default).
 """
 
 from . import _ops  # noqa: F401  (registers torch.ops.flamia.fwd and torch.ops.flamia.bwd)
+from . import flash_attn_interface  # noqa: F401  (flamia.flash_attn_interface.*, as flash_attn's)
 from ._capi import FlamiaError, LibraryNotFound, candidate_paths, library_path
 from ._interface import attn_func, attn_varlen_func, explain, static_exponents
 from ._static_scaling import StaticScaleHistory

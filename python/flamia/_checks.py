@@ -153,7 +153,8 @@ def check_flash_attention_neutral(*, dropout_p, window_size, softcap, alibi_slop
         if not causal:
             raise ValueError(f"window_size={tuple(window_size)} without causal is not supported: "
                              "flamia's sliding window is causal (use (left, 0) or causal=True)")
-        sliding_window = int(left) + 1
+        # (capped: a window of INT32_MAX keys covers any document; the C field is int32)
+        sliding_window = min(int(left) + 1, INT32_MAX)
     if isinstance(softcap, bool) or not isinstance(softcap, (int, float)):
         raise TypeError(f"softcap must be a float, got {type(softcap).__name__}")
     if softcap != 0:
@@ -279,3 +280,6 @@ def check_batched(q, k, v) -> None:
     if k.shape[0] != q.shape[0] or v.shape[0] != q.shape[0]:
         raise ValueError(f"q, k and v must have the same batch size, got {q.shape[0]}, "
                          f"{k.shape[0]} and {v.shape[0]}")
+    if k.shape != v.shape:  # (before they are flattened with k's seqlen)
+        raise ValueError(f"k and v must have the same shape, got k {tuple(k.shape)} and v "
+                         f"{tuple(v.shape)}")

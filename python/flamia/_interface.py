@@ -120,6 +120,8 @@ def _static_history(static_exponents):
 
 def _uniform_cu_seqlens(batch: int, seqlen: int, device: torch.device) -> Tensor:
     # Built on the device (no host-to-device copy, so it is capturable in a CUDA graph).
+    if seqlen == 0:  # (arange's step may not be 0)
+        return torch.zeros(batch + 1, dtype=torch.int32, device=device)
     return torch.arange(0, (batch + 1) * seqlen, seqlen, dtype=torch.int32, device=device)
 
 

@@ -328,6 +328,21 @@ def _fwd_saving_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seql
 # ---- backward ------------------------------------------------------------------------------------
 
 
+_TENSOR_ALIGNMENT = 16  # bytes: of a flamia_tensor's data and strides (flamia.h)
+
+
+def _readable(t: Tensor) -> Tensor:
+    """t when the library can read it in place (head_dim contiguous; data, token and head
+    strides 16-byte aligned, strides positive), else a contiguous copy. For dO, whose layout is
+    autograd's: out.sum(1)'s gradient, for one, has head stride 0."""
+    step = _TENSOR_ALIGNMENT // t.element_size()
+    if (t.stride(2) == 1 and t.data_ptr() % _TENSOR_ALIGNMENT == 0
+            and all(s > 0 and s % step == 0 for s in t.stride()[:2])):
+        return t
+    # (not .contiguous(): it keeps a size-1 dimension's stride, which may be 0)
+    return t.clone(memory_format=torch.contiguous_format)
+
+
 def _gradients(q_shape, k_shape, device):
     return (torch.empty(q_shape, dtype=_BF16, device=device),
             torch.empty(k_shape, dtype=_BF16, device=device),
@@ -343,8 +358,7 @@ def _run_backward(dout, q, k, v, out, lse, softmax_stats, cu_seqlens_q, cu_seqle
     dq, dk, dv = _gradients(out.shape, k_shape, out.device)
     if out.shape[0] == 0 or k_shape[0] == 0:
         return dq.zero_(), dk.zero_(), dv.zero_()
-    if dout.dim() != 3 or dout.stride(2) != 1:
-        dout = dout.contiguous()
+    dout = _readable(dout)
     lib = _capi.library()
     with torch.cuda.device(out.device):
         # Only the shapes of q and k enter the problem.

@@ -18,6 +18,8 @@ gradients back (dq = dq' Rᵀ 2^-a, dk = dk' Rᵀ 2^-b) and torch.compile traces
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 from torch import Tensor
 from torch._subclasses.fake_tensor import is_fake
@@ -74,6 +76,13 @@ def _is_real(t: Tensor) -> bool:
     return t.device.type != "meta" and not is_fake(t)
 
 
+def _no_autocast(device: torch.device):
+    """Autocast turned off on `device` (meta tensors have none)."""
+    if device.type == "meta":
+        return contextlib.nullcontext()
+    return torch.autocast(device.type, enabled=False)
+
+
 def check_rotation(qk_rotation) -> str:
     if not isinstance(qk_rotation, str) or qk_rotation not in ROTATIONS:
         raise ValueError(f"qk_rotation must be one of {ROTATIONS}, got {qk_rotation!r}")
@@ -85,7 +94,9 @@ def rotate_qk(q: Tensor, k: Tensor, qk_rotation: str) -> tuple[Tensor, Tensor]:
     if qk_rotation == "none":
         return q, k
     r_q, r_k = rotation_matrices(q.shape[-1], q.dtype, q.device, cacheable=_is_real(q))
-    return torch.matmul(q, r_q), torch.matmul(k, r_k)
+    # q's dtype (BF16) under any autocast: the kernels read the products as BF16, unchecked.
+    with _no_autocast(q.device):
+        return torch.matmul(q, r_q), torch.matmul(k, r_k)
 
 
 def rotate_key_vector(vector: Tensor, qk_rotation: str) -> Tensor:
@@ -94,5 +105,5 @@ def rotate_key_vector(vector: Tensor, qk_rotation: str) -> Tensor:
         return vector
     _, r_k = rotation_matrices(vector.shape[-1], torch.float32, vector.device,
                                cacheable=_is_real(vector))
-    with torch.autocast(vector.device.type, enabled=False):  # stays FP32 under autocast
+    with _no_autocast(vector.device):  # stays FP32 under autocast
         return torch.matmul(vector, r_k).contiguous()

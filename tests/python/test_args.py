@@ -80,6 +80,14 @@ def test_window_sizes_as_flash_attention_reads_them():
     assert _window([3, 0]) == (True, 4)
 
 
+def test_window_beyond_int32_is_unlimited_not_wrapped():
+    # A window of 2^31 - 1 keys covers any document; the C field is int32 and must not wrap
+    # (2^32 + 5 would otherwise become a window of 6 keys).
+    assert _window((2**32 + 5, 0)) == (True, _checks.INT32_MAX)
+    assert _window((2**70, 0)) == (True, _checks.INT32_MAX)
+    assert _window((_checks.INT32_MAX - 1, 0)) == (True, _checks.INT32_MAX)
+
+
 def test_window_minus_one_zero_means_causal():
     # Seen through the public call: causal=True rejects unequal query and key lengths.
     short_q = {"q": _t(TOTAL - 1, HEADS_Q, HEAD_DIM)}
@@ -226,6 +234,18 @@ def test_batched_errors():
         flamia.attn_func(q, kv, kv, dropout_p=0.5)
     with pytest.raises(TypeError, match="q has dtype"):
         flamia.attn_func(q.float(), kv, kv)
+    with pytest.raises(ValueError, match="k and v must have the same shape"):
+        flamia.attn_func(q, kv, _t(2, 76, HEADS_KV, HEAD_DIM))
+
+
+def test_batched_empty_sequences():
+    # seqlen 0 on either side: no tokens (seqlen_q) or rows without keys (seqlen_k).
+    kv = _t(2, 75, HEADS_KV, HEAD_DIM)
+    out, lse = flamia.attn_func(_t(2, 0, HEADS_Q, HEAD_DIM), kv, kv, return_lse=True)
+    assert out.shape == (2, 0, HEADS_Q, HEAD_DIM) and lse.shape == (2, HEADS_Q, 0)
+    empty = _t(2, 0, HEADS_KV, HEAD_DIM)
+    out = flamia.attn_func(_t(2, 75, HEADS_Q, HEAD_DIM), empty, empty)
+    assert out.shape == (2, 75, HEADS_Q, HEAD_DIM)
 
 
 def test_explain_checks_arguments_first():

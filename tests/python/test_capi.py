@@ -3,6 +3,7 @@ status codes turned into exceptions, and library discovery (CPU only)."""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import math
 import os
@@ -163,6 +164,40 @@ def test_backward_marshalling(stub):
             (t.data_ptr(), t.stride(0), t.stride(1)), name
     assert _addr(f["lse"]) == lse.data_ptr() and _addr(f["stats"]) == stats.data_ptr()
     assert _addr(f["stream"]) == STREAM
+
+
+def _backward_d_o(monkeypatch, dout):
+    """The dO that _run_backward hands the library (CPU tensors: the stub then fails with
+    FLAMIA_ERROR_NO_DEVICE)."""
+    q, k, v, cu_q, cu_k = _cpu_problem(heads_q=4, heads_kv=4, head_dim=64)
+    out, lse, stats = _ops._forward_outputs(q)
+    seen = []
+    make = _ops.make_backward_args
+    monkeypatch.setattr(_ops, "make_backward_args",
+                        lambda dout, *rest: seen.append(dout) or make(dout, *rest))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(_ops, "_stream", lambda device: ctypes.c_void_p(STREAM))
+    with pytest.raises(flamia.FlamiaError, match="no sm_90 GPU"):
+        _ops._run_backward(dout, q, k, v, out, lse, stats, cu_q, cu_k, k.shape, 133, 133,
+                           0.125, False, "exact", "none", None, "fp8", False)
+    return seen[0]
+
+
+def test_backward_reads_every_gradient_layout(stub, monkeypatch):
+    """dO's layout is autograd's, not the caller's: out.sum(1)'s gradient has head stride 0,
+    out.sum(0)'s token stride 0, a slice of a wider gradient unaligned strides. The library
+    reads positive strides of 16-byte multiples from 16-byte aligned data, so those arrive as
+    contiguous copies; a readable strided dO arrives as it is."""
+    grad = torch.randn(150, 64, dtype=torch.bfloat16)
+    layouts = [grad[:, None].expand(150, 4, 64), grad[:4][None].expand(150, 4, 64),
+               torch.randn(150, 4, 66, dtype=torch.bfloat16)[..., 1:65]]
+    for dout in layouts:
+        d_o = _backward_d_o(monkeypatch, dout)
+        assert torch.equal(d_o, dout)
+        assert d_o.stride(2) == 1 and d_o.data_ptr() % 16 == 0, d_o.stride()
+        assert all(s > 0 and s % 8 == 0 for s in d_o.stride()[:2]), d_o.stride()
+    strided = torch.randn(150, 3, 4, 64, dtype=torch.bfloat16)[:, 1]
+    assert _backward_d_o(monkeypatch, strided) is strided
 
 
 def test_status_becomes_flamia_error(stub):

@@ -19,9 +19,11 @@ FLASH_POSITIONAL = ["q", "k", "v", "cu_seqlens_q", "cu_seqlens_k", "max_seqlen_q
 
 def test_import_needs_no_library():
     # A fresh interpreter whose library path points nowhere: import and op registration must
-    # still work, and nothing must have been loaded.
+    # still work, and nothing must have been loaded. flamia.flash_attn_interface is reachable
+    # from `import flamia` alone, as flash_attn.flash_attn_interface is.
     code = ("import torch, flamia; "
             "assert torch.ops.flamia.fwd.default is not None; "
+            "assert callable(flamia.flash_attn_interface.flash_attn_varlen_func); "
             "assert torch.ops.flamia.bwd.default is not None; "
             "assert flamia.library_path() is None; print('ok')")
     env = dict(os.environ, FLAMIA_LIBRARY="/nonexistent/libflamia.so",

@@ -94,6 +94,16 @@ def test_key_vector_rotates_with_the_keys_and_stays_fp32_under_autocast():
     torch.testing.assert_close((k - vector) @ r_k, kr - rotated)
 
 
+def test_rotated_q_and_k_stay_bf16_under_float16_autocast():
+    # The arguments are checked before the rotation: an FP16 product would reach the kernels,
+    # which read every q and k as BF16.
+    q, k = torch.randn(5, 2, 64, dtype=BF16), torch.randn(5, 1, 64, dtype=BF16)
+    with torch.autocast("cpu", dtype=torch.float16):
+        qr, kr = _rotation.rotate_qk(q, k, "hadamard")
+    assert qr.dtype == BF16 and kr.dtype == BF16
+    assert torch.equal(kr, _rotation.rotate_qk(q, k, "hadamard")[1])
+
+
 def test_fake_shapes_and_compile_with_rotation():
     # A real pair cached for the device the fake tensors name must not leak into fake mode.
     _rotation.rotation_matrices(128, BF16, "cpu")
