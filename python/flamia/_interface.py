@@ -20,7 +20,8 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
     """FP8 attention over packed variable-length documents, forward and backward.
 
     q: (total_q, heads_q, head_dim), k and v: (total_k, heads_kv, head_dim), BF16 CUDA tensors
-    with a contiguous last dimension (token and head strides are free); head_dim 64 or 128;
+    with a contiguous last dimension, 16-byte aligned, and token and head strides positive
+    multiples of 8 elements (any slice of a packed qkv; else FlamiaError); head_dim 64 or 128;
     heads_q a multiple of heads_kv (GQA/MQA). cu_seqlens_q/k: int32 (batch + 1,) on the same
     device. max_seqlen_q/k: Python ints (no host synchronisation is ever made).
 
