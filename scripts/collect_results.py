@@ -73,6 +73,15 @@ def backward_options_table(work: dict) -> list[str]:
             "|---|---|---|---|---|---|---|", *rows]
 
 
+def failed_baselines(errors: dict | None) -> str:
+    """The backends that raised (not timed, so the fastest BF16 was taken without them), as a
+    sentence to append; "" when none did."""
+    if not errors:
+        return ""
+    return "; failed, not timed: " + "; ".join(
+        f"{b} ({' '.join(str(e).split())[:120]})" for b, e in errors.items())
+
+
 def workload_table(work: dict) -> list[str]:
     """End-to-end times, speedups, errors and the baselines of bench_attention.py's workloads."""
     lines = ["", "Times in ms (TFLOP/s with workloads.json's causal convention); speedup = best "
@@ -115,7 +124,8 @@ def workload_table(work: dict) -> list[str]:
     lines += ["", "Baselines measured in the same process:", ""]
     for name, r in work.items():
         parts = [f"{b} {v['fwd_ms']:.3f}/{v['fwdbwd_ms']:.3f}" for b, v in r["baselines"].items()]
-        lines.append(f"- {name}: " + "; ".join(parts) + " (fwd/fwd+bwd ms)")
+        lines.append(f"- {name}: " + "; ".join(parts) + " (fwd/fwd+bwd ms)" +
+                     failed_baselines(r.get("baseline_errors")))
     per_call = [f"{name} {r['flamia_fwd_per_call_ms']:.3f}/{r['flamia_fwdbwd_per_call_ms']:.3f}"
                 for name, r in work.items() if "flamia_fwd_per_call_ms" in r]
     if per_call:
@@ -194,6 +204,11 @@ def baselines_table(block: dict) -> list[str]:
         lines.append(f"| {name} | {' | '.join(cells)} | {r['speedup_fwd']:.2f} "
                      f"({r['best_bf16_fwd']}) | {r['speedup_fwdbwd']:.2f} "
                      f"({r['best_bf16_fwdbwd']}) |")
+    failed = [f"- {name}{failed_baselines(r['baseline_errors'])}"
+              for name, r in block["workloads"].items() if r.get("baseline_errors")]
+    if failed:
+        lines += ["", "'-': not timed (no path for the shape, not asked for, or failed):", "",
+                  *failed]
     return lines
 
 
@@ -342,12 +357,15 @@ def baselines_block(run: dict, what: str, command: str, file: str) -> dict:
     for name, r in run["workloads"].items():
         timed = {b: {"fwd_ms": x["fwd_ms"], "fwdbwd_ms": x["fwdbwd_ms"]}
                  for b, x in r.items() if isinstance(x, dict) and "fwd_ms" in x}
+        # backends that raised: the fastest BF16 was taken without them (say so)
+        errors = {b: x["error"] for b, x in r.items()
+                  if isinstance(x, dict) and "error" in x and "fwd_ms" not in x}
         flamia = timed.pop("flamia")
         workloads[name] = {"flamia_fwd_ms": flamia["fwd_ms"],
                            "flamia_fwdbwd_ms": flamia["fwdbwd_ms"],
                            **{k: r[k] for k in ("best_bf16_fwd", "speedup_fwd", "best_bf16_fwdbwd",
                                                 "speedup_fwdbwd") if k in r},
-                           "baselines": timed}
+                           "baselines": timed, **({"baseline_errors": errors} if errors else {})}
     return {"what": what, "command": command, "file": file, "workloads": workloads}
 
 

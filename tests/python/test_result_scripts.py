@@ -88,8 +88,17 @@ def test_collect_results_keep_stores_a_baselines_run(tmp_path):
     assert block["workloads"]["w"] == {
         "flamia_fwd_ms": 2.0, "flamia_fwdbwd_ms": 6.0, "best_bf16_fwd": "fa4",
         "speedup_fwd": 0.75, "best_bf16_fwdbwd": "fa4", "speedup_fwdbwd": 5.0 / 6.0,
-        "baselines": {"fa4": {"fwd_ms": 1.5, "fwdbwd_ms": 5.0}}}
+        "baselines": {"fa4": {"fwd_ms": 1.5, "fwdbwd_ms": 5.0}},
+        "baseline_errors": {"cudnn": "RuntimeError: no path"}}  # the fastest BF16 lacks it
     assert json.loads((results / "windowed.json").read_text()) == json.loads(run_json.read_text())
+    # h200.md says which backend failed (not only '-', which also means "no path for the shape")
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import collect_results
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    table = collect_results.markdown({"sliding_window": block})
+    assert "- w; failed, not timed: cudnn (RuntimeError: no path)" in table.splitlines()
 
 
 def test_profile_forward_call_gaps_and_totals():
@@ -150,6 +159,30 @@ def test_markdown_renders_baseline_runs():
     assert cells[1:] == ["2.000 / 8.000", "-", "-", "3.000 / 10.000", "1.000 / 11.000",
                          "0.50 (fa4)", "1.25 (flex)"]
     assert "## Non-causal" not in text
+
+
+def test_workload_table_names_the_baselines_that_failed():
+    """collect_results.workload_table: a BF16 baseline that raised in bench_attention.py
+    (baseline_errors: FlashAttention-4 without its wheels, say) is named in h200.md, so a
+    speedup against the fastest of fewer backends says so; none failed, nothing added."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import collect_results
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    r = {"flamia_fwd_ms": 2.0, "flamia_fwd_tflops": 500.0, "flamia_fwdbwd_ms": 7.0,
+         "flamia_fwdbwd_tflops": 500.0, "best_bf16_fwd_ms": 2.2, "best_bf16_fwd_name": "flex",
+         "speedup_fwd": 1.1, "best_bf16_fwdbwd_ms": 7.7, "best_bf16_fwdbwd_name": "flex",
+         "speedup_fwdbwd": 1.1, "baselines": {"flex": {"fwd_ms": 2.2, "fwdbwd_ms": 7.7}},
+         "baseline_errors": {"fa4": "RuntimeError: FA4_SITE not set\n(scripts/fetch-fa4-wheels)"}}
+    lines = collect_results.workload_table({"w": r})
+    row = next(line for line in lines if line.startswith("- w:"))
+    assert row == ("- w: flex 2.200/7.700 (fwd/fwd+bwd ms); failed, not timed: fa4 "
+                   "(RuntimeError: FA4_SITE not set (scripts/fetch-fa4-wheels))")
+    del r["baseline_errors"]
+    row = next(line for line in collect_results.workload_table({"w": r})
+               if line.startswith("- w:"))
+    assert row == "- w: flex 2.200/7.700 (fwd/fwd+bwd ms)"
 
 
 def write_stamps(path, slots: dict[int, list[int]]) -> None:
