@@ -25,6 +25,7 @@ exchanges become copies), which is how the equality with the single-GPU kernel i
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass
 from typing import Generator, Optional, Sequence
 
@@ -121,7 +122,15 @@ class ShardPlan:
     @classmethod
     def from_cu_seqlens(cls, cu_seqlens: Tensor, world_size: int, **kwargs) -> "ShardPlan":
         """build() from a cu_seqlens tensor (reads it on the host: one synchronisation)."""
+        if not isinstance(cu_seqlens, Tensor):
+            raise TypeError(f"cu_seqlens must be a torch.Tensor, got {type(cu_seqlens).__name__}")
+        if (cu_seqlens.dim() != 1 or cu_seqlens.shape[0] < 1 or cu_seqlens.is_floating_point()
+                or cu_seqlens.is_complex() or cu_seqlens.dtype == torch.bool):
+            raise ValueError("cu_seqlens must be a 1-D integer tensor (batch + 1 cumulative "
+                             f"lengths), got {cu_seqlens.dtype} {tuple(cu_seqlens.shape)}")
         cu = [int(x) for x in cu_seqlens.tolist()]
+        if cu[0] != 0:
+            raise ValueError(f"cu_seqlens must start at 0, got {cu[0]}")
         return cls.build([b - a for a, b in zip(cu[:-1], cu[1:])], world_size, **kwargs)
 
     def _check(self) -> None:
@@ -155,19 +164,33 @@ class ShardPlan:
         b = self.bounds[doc]
         return b[index], b[index + 1]
 
+    def _rank(self, rank) -> int:
+        """rank as an int in [0, world_size), else ValueError (a rank outside the plan would
+        index another rank's chunks)."""
+        try:
+            r = operator.index(rank) if not isinstance(rank, bool) else None
+        except TypeError:
+            r = None
+        if r is None or not 0 <= r < self.world_size:
+            raise ValueError(f"rank={rank!r} is not a rank of this plan: use an int in "
+                             f"[0, {self.world_size})")
+        return r
+
     def front(self, rank: int, doc: int) -> tuple[int, int]:
-        return self.chunk(doc, rank)
+        return self.chunk(doc, self._rank(rank))
 
     def back(self, rank: int, doc: int) -> tuple[int, int]:
-        return self.chunk(doc, 2 * self.world_size - 1 - rank)
+        return self.chunk(doc, 2 * self.world_size - 1 - self._rank(rank))
 
     def _chunk_len(self, rank: int, doc: int, which: str) -> int:
-        lo, hi = self.front(rank, doc) if which == "front" else self.back(rank, doc)
+        # (internal, ranks already in range: no per-call check)
+        index = rank if which == "front" else 2 * self.world_size - 1 - rank
+        lo, hi = self.chunk(doc, index)
         return hi - lo
 
     def local_lengths(self, rank: int) -> list[int]:
         """Per document, the number of its tokens on `rank` (front + back)."""
-        return list(self._local_lengths[rank])
+        return list(self._local_lengths[self._rank(rank)])
 
     def cu_seqlens(self, rank: int) -> list[int]:
         cu = [0]
@@ -214,6 +237,9 @@ class ShardPlan:
 
     def shard(self, x: Tensor, rank: int) -> Tensor:
         """Rank's packed shard of a packed (total_tokens, ...) tensor (a copy)."""
+        if not isinstance(x, Tensor) or x.dim() < 1:
+            raise ValueError(f"x must be a packed (total_tokens, ...) tensor, got "
+                             f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
         if x.shape[0] != self.total_tokens:
             raise ValueError(f"x has {x.shape[0]} tokens but the plan covers "
                              f"{self.total_tokens}")
@@ -228,6 +254,11 @@ class ShardPlan:
                 raise ValueError(f"shard {r} has {part.shape[0]} tokens, the plan gives it "
                                  f"{self.tokens(r)}")
         ref = parts[0]
+        for r, part in enumerate(parts):
+            if part.shape[1:] != ref.shape[1:] or part.dtype != ref.dtype:
+                raise ValueError(f"shard {r} is {part.dtype} {tuple(part.shape)}, shard 0 "
+                                 f"{ref.dtype} {tuple(ref.shape)}: all but the token count "
+                                 "must agree")
         out = ref.new_empty((self.total_tokens,) + tuple(ref.shape[1:]))
         for r, part in enumerate(parts):
             out.index_copy_(0, self.token_index(r).to(out.device), part)
@@ -240,7 +271,7 @@ class ShardPlan:
 
     def block(self, q_rank: int, k_rank: int) -> "BlockLayout":
         """The attention block of q_rank's queries against k_rank's keys (host description)."""
-        return _block_layout(self, q_rank, k_rank)
+        return _block_layout(self, self._rank(q_rank), self._rank(k_rank))
 
     def device_block(self, q_rank: int, k_rank: int, device) -> "DeviceBlock":
         key = (q_rank, k_rank, str(torch.device(device)))
@@ -849,16 +880,48 @@ def _default_kernel(q: Tensor, softmax_scale, scale_mode, precision, determinist
                              key_smoothing=key_smoothing)
 
 
-def _check_shard(plan: ShardPlan, rank: int, q: Tensor, k: Tensor, v: Tensor, kernel) -> None:
+def _block_kernel(kernel, q: Tensor, softmax_scale, scale_mode, precision, deterministic,
+                  key_smoothing):
+    """`kernel`, or flamia's built from the options; options given with a kernel would be
+    ignored, so they are an error."""
+    if kernel is None:
+        return _default_kernel(q, softmax_scale, scale_mode, precision, deterministic,
+                               key_smoothing)
+    given = [name for name, value, default in (
+        ("softmax_scale", softmax_scale, None), ("scale_mode", scale_mode, "exact"),
+        ("precision", precision, "fp8"), ("deterministic", deterministic, False),
+        ("key_smoothing", key_smoothing, "none")) if isinstance(value, Tensor) or value != default]
+    if given:
+        raise ValueError(f"{', '.join(given)} given together with kernel=, which would ignore "
+                         "them: pass them to the kernel instead (e.g. "
+                         "FlamiaBlockKernel(softmax_scale=..., deterministic=...))")
+    return kernel
+
+
+def _check_shard(plan: ShardPlan, rank: int, q: Tensor, k: Tensor, v: Tensor,
+                 kernel=None) -> None:
+    """The shard's shapes against the plan (before anything reads them), then, for flamia's
+    kernel, flamia's own argument checks."""
     tokens = plan.tokens(rank)
     for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.dim() != 3:
             raise ValueError(f"{name} must be (tokens, heads, head_dim), got {tuple(t.shape)}")
         if t.shape[0] != tokens:
             raise ValueError(f"{name} has {t.shape[0]} tokens but the plan gives rank {rank} "
                              f"{tokens}; shard it with plan.shard({name}, {rank})")
+        if t.shape[1] < 1:
+            raise ValueError(f"{name} has no heads (shape {tuple(t.shape)})")
+        if t.device != q.device:
+            raise ValueError(f"{name} is on {t.device} but q is on {q.device}")
     if k.shape != v.shape:
         raise ValueError(f"k {tuple(k.shape)} and v {tuple(v.shape)} differ")
+    if k.dtype != v.dtype:
+        raise TypeError(f"k is {k.dtype} but v is {v.dtype}; they travel in one buffer and "
+                        "must have the same dtype")
+    if q.shape[2] != k.shape[2]:
+        raise ValueError(f"q has head_dim {q.shape[2]} but k has {k.shape[2]}")
     if q.shape[1] % k.shape[1] != 0:
         raise ValueError(f"heads_q={q.shape[1]} is not a multiple of heads_kv={k.shape[1]}")
     if isinstance(kernel, FlamiaBlockKernel):
@@ -919,9 +982,9 @@ def ring_attention(q: Tensor, k: Tensor, v: Tensor, plan: ShardPlan, *, group=No
     rank = dist.get_rank(group)
     if plan.world_size != world:
         raise ValueError(f"the plan is for {plan.world_size} ranks, the group has {world}")
-    if kernel is None:
-        kernel = _default_kernel(q, softmax_scale, scale_mode, precision, deterministic,
-                                 key_smoothing)
+    _check_shard(plan, rank, q, k, v)  # before the default kernel reads q's head_dim
+    kernel = _block_kernel(kernel, q, softmax_scale, scale_mode, precision, deterministic,
+                           key_smoothing)
     _check_shard(plan, rank, q, k, v, kernel)
     out, lse = _RingAttentionFunction.apply(q, k, v,
                                             _Rank(plan, rank, kernel, keep_block_outputs), group)
@@ -940,9 +1003,19 @@ def simulate_ring_attention(plan: ShardPlan, qs: Sequence[Tensor], ks: Sequence[
     world = plan.world_size
     if not (len(qs) == len(ks) == len(vs) == world):
         raise ValueError(f"one shard per rank is needed ({world} ranks)")
-    if kernel is None:
-        kernel = _default_kernel(qs[0], softmax_scale, scale_mode, precision, deterministic,
-                                 key_smoothing)
+    for r in range(world):  # before the default kernel reads q's head_dim
+        _check_shard(plan, r, qs[r], ks[r], vs[r])
+    if douts is not None:
+        if len(douts) != world:
+            raise ValueError(f"douts: one shard per rank is needed ({world} ranks), got "
+                             f"{len(douts)}")
+        for r, dout in enumerate(douts):
+            if not isinstance(dout, Tensor) or dout.shape != qs[r].shape:
+                got = tuple(dout.shape) if isinstance(dout, Tensor) else type(dout).__name__
+                raise ValueError(f"douts[{r}] must be shaped like qs[{r}] "
+                                 f"{tuple(qs[r].shape)}, got {got}")
+    kernel = _block_kernel(kernel, qs[0], softmax_scale, scale_mode, precision, deterministic,
+                           key_smoothing)
     ranks = [_Rank(plan, r, kernel, keep_block_outputs) for r in range(world)]
     for r in range(world):
         _check_shard(plan, r, qs[r], ks[r], vs[r], kernel)

@@ -7,12 +7,20 @@ kernels. Swap the import and existing calls run in FP8:
     out = flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                  max_seqlen_k, 0.0, softmax_scale, True)  # dropout_p, scale, causal
 
-Arguments flamia does not implement (dropout_p, a sliding window_size, softcap, alibi_slopes,
-return_attn_probs, block_table) are accepted at their neutral values and rejected otherwise with
-a ValueError naming them, as in flamia.attn_varlen_func; window_size=(-1, 0) means causal, as in
-FlashAttention. Each function returns out alone, as FlashAttention-2's do without
-return_attn_probs. flamia's own options (scale_mode, precision, key_smoothing, qk_rotation) are
-keyword-only after FlashAttention's arguments; flamia.attn_varlen_func also returns the LSE.
+Arguments flamia does not implement (dropout_p, softcap, alibi_slopes, block_table, a window
+that reaches later keys) are accepted at their neutral values and rejected otherwise with a
+ValueError naming them, as in flamia.attn_varlen_func. causal and window_size are read as
+FlashAttention-2 reads them (csrc/flash_attn/flash_api.cpp): a window side at least seqlen_k
+(varlen: max_seqlen_k) long is unlimited, a single query row (seqlen_q or max_seqlen_q 1) is
+not causal (bottom-right alignment: it sees every key), and causal=True makes the right side 0,
+so window_size=(w, w) with causal=True is a causal window of w + 1 keys; (-1, 0) means causal.
+
+Each function returns out alone, or with return_attn_probs=True (out, softmax_lse, None) as
+FlashAttention-2 does without dropout (it returns no probabilities then either): softmax_lse
+FP32 in natural log, (heads_q, total_q) from the varlen functions and (batch, heads_q,
+seqlen_q) from the others, without gradient; a row with no visible key has -inf (FlashAttention
+writes +inf there). flamia's own options (scale_mode, precision, key_smoothing, qk_rotation)
+are keyword-only after FlashAttention's arguments.
 
 The packed variants read qkv (total, 3, heads, head_dim) and kv (total, 2, heads_kv, head_dim) in
 place, through strided views (no copy); gradients flow back into the packed tensor.
@@ -22,7 +30,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from . import _interface
+from . import _checks, _interface
 
 __all__ = [
     "flash_attn_varlen_func",
@@ -42,12 +50,16 @@ def flash_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor
                            precision="fp8", key_smoothing="none", qk_rotation="none") -> Tensor:
     """flash_attn.flash_attn_varlen_func: q (total_q, heads_q, head_dim), k and v
     (total_k, heads_kv, head_dim), int32 cu_seqlens of batch + 1 entries."""
-    return _interface.attn_varlen_func(
+    return_lse = _checks._check_bool("return_attn_probs", return_attn_probs)
+    causal, window_size = _fa2_mask(causal, window_size, max_seqlen_q, max_seqlen_k,
+                                    alibi_slopes)
+    result = _interface.attn_varlen_func(
         q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=dropout_p,
         softmax_scale=softmax_scale, causal=causal, window_size=window_size, softcap=softcap,
-        alibi_slopes=alibi_slopes, deterministic=deterministic,
-        return_attn_probs=return_attn_probs, block_table=block_table, scale_mode=scale_mode,
-        precision=precision, key_smoothing=key_smoothing, qk_rotation=qk_rotation)
+        alibi_slopes=alibi_slopes, deterministic=deterministic, return_lse=return_lse,
+        block_table=block_table, scale_mode=scale_mode, precision=precision,
+        key_smoothing=key_smoothing, qk_rotation=qk_rotation)
+    return (*result, None) if return_lse else result
 
 
 def flash_attn_varlen_qkvpacked_func(qkv: Tensor, cu_seqlens: Tensor, max_seqlen: int,
@@ -87,11 +99,16 @@ def flash_attn_func(q: Tensor, k: Tensor, v: Tensor, dropout_p=0.0, softmax_scal
                     precision="fp8", key_smoothing="none", qk_rotation="none") -> Tensor:
     """flash_attn.flash_attn_func: q (batch, seqlen_q, heads_q, head_dim), k and v
     (batch, seqlen_k, heads_kv, head_dim)."""
-    return _interface.attn_func(
+    return_lse = _checks._check_bool("return_attn_probs", return_attn_probs)
+    if all(isinstance(t, Tensor) and t.dim() == 4 for t in (q, k)):  # else attn_func says why
+        causal, window_size = _fa2_mask(causal, window_size, q.shape[1], k.shape[1],
+                                        alibi_slopes)
+    result = _interface.attn_func(
         q, k, v, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
         window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
-        deterministic=deterministic, return_attn_probs=return_attn_probs, scale_mode=scale_mode,
+        deterministic=deterministic, return_lse=return_lse, scale_mode=scale_mode,
         precision=precision, key_smoothing=key_smoothing, qk_rotation=qk_rotation)
+    return (*result, None) if return_lse else result
 
 
 def flash_attn_qkvpacked_func(qkv: Tensor, dropout_p=0.0, softmax_scale=None, causal=False,
@@ -118,6 +135,23 @@ def flash_attn_kvpacked_func(q: Tensor, kv: Tensor, dropout_p=0.0, softmax_scale
     return flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap,
                            alibi_slopes, deterministic, return_attn_probs,
                            **_options(scale_mode, precision, key_smoothing, qk_rotation))
+
+
+def _fa2_mask(causal, window_size, seqlen_q, seqlen_k, alibi_slopes):
+    """(causal, window_size) as FlashAttention-2's flash_api.cpp normalises them before its
+    kernels: a side >= seqlen_k becomes -1 (unlimited), seqlen_q == 1 without ALiBi is not
+    causal, and causal=True sets the right side to 0. Values of the wrong type go on unchanged,
+    for flamia's checks to name."""
+    if (not isinstance(causal, bool) or not _checks._is_int(seqlen_q)
+            or not _checks._is_int(seqlen_k) or not isinstance(window_size, (tuple, list))
+            or len(window_size) != 2 or not all(_checks._is_int(w) for w in window_size)):
+        return causal, window_size
+    left, right = (-1 if w >= seqlen_k else w for w in window_size)
+    if seqlen_q == 1 and alibi_slopes is None:
+        causal = False
+    if causal:
+        right = 0
+    return causal, (left, right)
 
 
 def _options(scale_mode, precision, key_smoothing, qk_rotation) -> dict:

@@ -369,6 +369,103 @@ def test_simulation_rejects_wrong_shards():
         simulate_ring_attention(plan, q[:1], k[:1], k[:1], kernel=TorchBlockKernel(0.25))
 
 
+def test_plan_rejects_ranks_outside_it():
+    """A rank outside [0, W) used to index another rank's chunks: plan.shard(x, W) returned
+    rank W-1's tokens in another order, negative ranks and larger ones raised IndexError."""
+    plan = ShardPlan.build(AWKWARD, 2, min_split_tokens=small_split(2))
+    x = torch.arange(sum(AWKWARD))
+    for rank in (2, -1, 5, True, 1.0):
+        for call in (lambda: plan.shard(x, rank), lambda: plan.tokens(rank),
+                     lambda: plan.position_ids(rank), lambda: plan.cu_seqlens(rank),
+                     lambda: plan.causal_work(rank), lambda: plan.block(0, rank)):
+            with pytest.raises(ValueError, match=r"not a rank of this plan.*\[0, 2\)"):
+                call()
+    assert torch.equal(plan.shard(x, torch.tensor(1)), plan.shard(x, 1))
+
+
+def test_from_cu_seqlens_rejects_what_is_not_cu_seqlens():
+    with pytest.raises(ValueError, match="1-D integer tensor"):
+        ShardPlan.from_cu_seqlens(torch.tensor([[0, 3]]), 2)
+    with pytest.raises(ValueError, match="1-D integer tensor"):
+        ShardPlan.from_cu_seqlens(torch.tensor([0.0, 2.5, 5.0]), 2)  # was truncated silently
+    with pytest.raises(ValueError, match="start at 0"):
+        ShardPlan.from_cu_seqlens(torch.tensor([3, 10], dtype=torch.int32), 2)
+    with pytest.raises(TypeError, match="cu_seqlens must be a torch.Tensor"):
+        ShardPlan.from_cu_seqlens([0, 3], 2)
+    assert ShardPlan.from_cu_seqlens(cumulative(AWKWARD), 2).seqlens == tuple(AWKWARD)
+
+
+def test_unshard_rejects_shards_of_other_shapes():
+    plan = ShardPlan.build(AWKWARD, 2, min_split_tokens=small_split(2))
+    parts = [plan.shard(torch.zeros(sum(AWKWARD), 4, 16), r) for r in range(2)]
+    with pytest.raises(ValueError, match="shard 1 is"):
+        plan.unshard([parts[0], parts[1][:, :2]])
+    with pytest.raises(ValueError, match="shard 1 is"):
+        plan.unshard([parts[0], parts[1].double()])
+
+
+def test_simulation_checks_shards_before_any_kernel():
+    """Bad shards give ValueError/TypeError naming the problem (were IndexError from the
+    default kernel's head_dim, ZeroDivisionError, or errors inside the kernel or the
+    backward)."""
+    data = make_f64(AWKWARD)
+    plan = ShardPlan.build(AWKWARD, 2, min_split_tokens=small_split(2))
+    q, k, dout = ([plan.shard(data[n], r) for r in range(2)] for n in ("q", "k", "dout"))
+    kernel = TorchBlockKernel(0.25)
+    with pytest.raises(ValueError, match=r"q must be \(tokens, heads, head_dim\)"):
+        simulate_ring_attention(plan, [x[:, 0] for x in q], k, k)  # default kernel
+    with pytest.raises(TypeError, match="q must be a torch.Tensor"):
+        simulate_ring_attention(plan, [x.tolist() for x in q], k, k)
+    with pytest.raises(ValueError, match="k has no heads"):
+        simulate_ring_attention(plan, q, [x[:, :0] for x in k], [x[:, :0] for x in k],
+                                kernel=kernel)
+    with pytest.raises(ValueError, match="q has head_dim 16 but k has 8"):
+        simulate_ring_attention(plan, q, [x[..., :8] for x in k], [x[..., :8] for x in k],
+                                kernel=kernel)
+    with pytest.raises(TypeError, match="same dtype"):
+        simulate_ring_attention(plan, q, k, [x.float() for x in k], kernel=kernel)
+    with pytest.raises(ValueError, match="douts: one shard per rank"):
+        simulate_ring_attention(plan, q, k, k, dout[:1], kernel=kernel)
+    with pytest.raises(ValueError, match=r"douts\[0\] must be shaped like qs\[0\]"):
+        simulate_ring_attention(plan, q, k, k, dout[::-1], kernel=kernel)
+
+
+def test_options_given_with_a_kernel_are_an_error():
+    """kernel= replaces flamia's kernels, and the flamia options beside it were ignored."""
+    data = make_f64(AWKWARD)
+    plan = ShardPlan.build(AWKWARD, 2, min_split_tokens=small_split(2))
+    q, k = ([plan.shard(data[n], r) for r in range(2)] for n in ("q", "k"))
+    for options in (dict(softmax_scale=0.1), dict(deterministic=True),
+                    dict(precision="fp8-bf16grad"), dict(key_smoothing="first_key")):
+        with pytest.raises(ValueError, match=f"{next(iter(options))} given together with "
+                                             "kernel="):
+            simulate_ring_attention(plan, q, k, k, kernel=TorchBlockKernel(0.25), **options)
+
+
+def test_ring_attention_checks_the_shard_before_the_default_kernel(tmp_path):
+    """ring_attention (one gloo rank) with a q that isn't 3-D: ValueError from its own shape
+    check (was IndexError reading q.shape[2] for the default softmax scale)."""
+    import torch.distributed as dist
+
+    if not dist.is_available() or not dist.is_gloo_available() or dist.is_initialized():
+        pytest.skip("needs torch.distributed with gloo and no process group yet")
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0,
+                            world_size=1)
+    try:
+        data = make_f64([5, 3])
+        plan = ShardPlan.build([5, 3], 1)
+        q, k = data["q"], data["k"]
+        with pytest.raises(ValueError, match=r"q must be \(tokens, heads, head_dim\)"):
+            cp.ring_attention(q[:, 0], k, k, plan)
+        with pytest.raises(ValueError, match="deterministic given together with kernel="):
+            cp.ring_attention(q, k, k, plan, kernel=TorchBlockKernel(0.25), deterministic=True)
+        out = cp.ring_attention(q, k, k, plan, kernel=TorchBlockKernel(data["scale"]))
+        ref, _ = attention_f64(q, k, k, data["cu"], data["cu"], data["scale"], True)
+        assert rel_l2(out, ref) <= EXACT_F64
+    finally:
+        dist.destroy_process_group()
+
+
 def test_lockstep_driver_detects_mismatched_exchanges():
     def program(size):
         handle = yield cp._Post(torch.zeros(size), torch.zeros(size))
