@@ -103,6 +103,7 @@ struct ForwardOperandsRef {
   Fp8Tensor v;                   // V̂ (row-major; its exponents are ev)
   std::vector<uint8_t> v_t;      // V̂ᵀ [Hkv][D][pad16(total_k)], permuted tokens
   std::vector<float> lse_shift;  // [Hq][total_q] softmax_scale * (q . m); empty without smoothing
+  bool infinite_input() const { return q.infinite || k.infinite || v.infinite; }  // numerics §7
 };
 ForwardOperandsRef quantize_forward_operands(const Problem& problem, const Inputs& inputs);
 
@@ -124,6 +125,8 @@ BackwardOperandsRef quantize_backward_operands(const Problem& problem, const Inp
                                                const std::vector<float>& softmax_stats);
 
 // ---- Forward and backward of the contract ------------------------------------------------------
+// An Inf in an input (numerics §7) makes every output NaN: O, LSE and the stats (forward), dQ,
+// dK and dV (backward).
 struct ForwardResult {
   std::vector<float> o;              // [total_q][Hq][D] FP32, before the BF16 rounding
   HostTensor o_bf16;                 // the BF16 output the kernels write

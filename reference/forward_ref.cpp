@@ -103,6 +103,13 @@ ForwardResult forward(const Problem& p, const Inputs& in, const QuantizationHook
     }
   });
 
+  // §7: what the poison writes. With an empty side the outputs are defined without the other
+  // side's values (§4 step 9), and nothing is quantized: no Inf is looked for.
+  if (ops.infinite_input() && total_q > 0 && p.total_k() > 0) {
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    for (auto* values : {&r.o, &r.lse, &r.softmax_stats})
+      std::fill(values->begin(), values->end(), nan);
+  }
   r.o_bf16 = HostTensor(total_q, p.heads_q, dim);
   for (size_t x = 0; x < r.o.size(); ++x) r.o_bf16.bits[x] = float_to_bf16(r.o[x]);
   return r;

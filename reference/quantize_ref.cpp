@@ -51,6 +51,7 @@ Fp8Tensor quantize(const ElementSource& source, int tokens, int heads, int dim,
       float amax = 0.0f;
       for (int t = block.begin; t < block.end; ++t)
         for (int d = 0; d < dim; ++d) amax = std::max(amax, std::fabs(source(t, h, d)));
+      if (std::isinf(amax)) out.infinite = true;
       const int e = rule(amax);
       for (int t = block.begin; t < block.end; ++t) {
         out.exponents[size_t(h) * tokens + t] = int8_t(e);
@@ -69,8 +70,11 @@ Fp8Tensor quantize_static(const ElementSource& source, int tokens, int heads, in
     const int e = static_scale_exponent(head_exponents[size_t(h)]);
     for (int t = 0; t < tokens; ++t) {
       out.exponents[size_t(h) * tokens + t] = int8_t(e);
-      for (int d = 0; d < dim; ++d)
-        out.values[(size_t(t) * heads + h) * dim + d] = quantize_e4m3(source(t, h, d), e);
+      for (int d = 0; d < dim; ++d) {
+        const float x = source(t, h, d);
+        if (std::isinf(x)) out.infinite = true;  // (the kernels take every token's amax)
+        out.values[(size_t(t) * heads + h) * dim + d] = quantize_e4m3(x, e);
+      }
     }
   }
   return out;

@@ -32,6 +32,9 @@ struct Fp8Tensor {
   int dim = 0;
   std::vector<uint8_t> values;
   std::vector<int8_t> exponents;
+  // Some token held an Inf (an infinite amax, numerics §7): E4M3 has none, so the call's outputs
+  // are NaN (the kernels: kDeviceStatusInfinite*, then the poison).
+  bool infinite = false;
   uint8_t value(int t, int h, int d) const { return values[(size_t(t) * heads + h) * dim + d]; }
   int8_t exponent(int t, int h) const { return exponents[size_t(h) * tokens + t]; }
   // Dequantized value: e4m3 * 2^e.

@@ -151,8 +151,9 @@ flamia_status flamia_backward_workspace_size(const flamia_backward_args* args, s
 flamia_status flamia_saved_operands_size(const flamia_problem* problem, size_t* bytes);
 
 /* Asynchronous on args->stream. Argument errors are returned at once. Invalid cu_seqlens
- * contents that only the device can see are recorded in the workspace: outputs are then filled
- * with NaN and flamia_check_device_status reports the error. */
+ * contents that only the device can see, and an Inf in q, k, v or d_o (E4M3 has none;
+ * docs/numerics.md §7), are recorded in the workspace: outputs are then filled with NaN and
+ * flamia_check_device_status reports the error. */
 flamia_status flamia_forward(const flamia_forward_args* args);
 flamia_status flamia_backward(const flamia_backward_args* args);
 

@@ -193,7 +193,8 @@ def _log_path(description: str) -> None:
 
 
 def _check_device_status(lib, workspace_ptr: int, device: torch.device) -> None:
-    """Debug mode: synchronise and surface cu_seqlens errors found on the device."""
+    """Debug mode: synchronise and surface what the device found (invalid cu_seqlens, an Inf in an
+    input)."""
     if not _env_flag(CHECK_ENV) or torch.cuda.is_current_stream_capturing():
         return
     _capi.check("flamia_check_device_status",

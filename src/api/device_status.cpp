@@ -37,6 +37,22 @@ flamia_status clear_record(void* workspace, cudaStream_t stream) {
   return FLAMIA_OK;
 }
 
+// numerics §7: an Inf the quantize pass found in an input (the outputs are NaN).
+bool is_infinite_input(int32_t code) {
+  return code >= flamia::kDeviceStatusInfiniteQuery &&
+         code <= flamia::kDeviceStatusInfiniteOutputGradient;
+}
+
+flamia_status fail_infinite_input(int32_t code) {
+  static constexpr const char* kTensorNames[] = {"q", "k", "v", "d_o"};
+  const bool key = code == flamia::kDeviceStatusInfiniteKey;
+  return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
+              "%s: %s holds an infinite value%s (E4M3 has no Inf: numerics §7); the call's "
+              "outputs are NaN. Look for an overflow before attention",
+              kWhere, kTensorNames[code - flamia::kDeviceStatusInfiniteQuery],
+              key ? " (or keys so large that k minus its document's first key overflows)" : "");
+}
+
 }  // namespace
 
 extern "C" flamia_status flamia_check_device_status(void* workspace, void* stream_handle) {
@@ -68,5 +84,6 @@ extern "C" flamia_status flamia_check_device_status(void* workspace, void* strea
   if (status != FLAMIA_OK) return status;
   if (record.code == flamia::kDeviceStatusSavedOperandsMismatch)
     return fail_saved_operands(kWhere, record);
+  if (is_infinite_input(record.code)) return fail_infinite_input(record.code);
   return fail_seqlens(kWhere, record, "problem.cu_seqlens_q", "problem.cu_seqlens_k");
 }

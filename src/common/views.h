@@ -24,8 +24,8 @@ enum class KeySmoothing { kNone = 0, kFirstKey = 1, kVector = 2 };
 enum class BackwardPrecision { kFp8 = 0, kFp8Bf16Grad = 1 };
 
 // Device-side status word (first bytes of every workspace). Non-zero: cu_seqlens were found
-// invalid on the device (or saved operands do not match the problem); kernels then skip their work
-// and outputs are poisoned with NaN.
+// invalid on the device (or saved operands do not match the problem, or an input held an Inf);
+// kernels then skip their work and outputs are poisoned with NaN.
 enum DeviceStatus : int32_t {
   kDeviceStatusOk = 0,
   kDeviceStatusSeqlensNotStartingAtZero = 1,
@@ -35,6 +35,13 @@ enum DeviceStatus : int32_t {
   kDeviceStatusCausalLengthMismatch = 5,
   // The backward's saved operands were written for another problem (api/saved_operands.h).
   kDeviceStatusSavedOperandsMismatch = 6,
+  // An input held an infinite value (numerics §7: E4M3 has no Inf, and saturating it to ±448
+  // would be a finite wrong value). Found by the quantize pass from a token's amax and recorded
+  // with an atomic maximum: of several, the largest code stays.
+  kDeviceStatusInfiniteQuery = 7,
+  kDeviceStatusInfiniteKey = 8,
+  kDeviceStatusInfiniteValue = 9,
+  kDeviceStatusInfiniteOutputGradient = 10,
 };
 
 }  // namespace flamia

@@ -2,8 +2,10 @@
 // sees (not starting at 0, decreasing, total mismatch, a document above max_seqlen, causal
 // length mismatch) leave NaN in every output and make flamia_check_device_status report
 // FLAMIA_ERROR_INVALID_SEQLENS; the status is cleared, stale workspace contents never count, and
-// a good call afterwards works. Also: the guard inside a captured CUDA graph, and the outputs of
-// problems with no keys or no queries (written by the API without the attention kernels).
+// a good call afterwards works. Also: the guard inside a captured CUDA graph, the outputs of
+// problems with no keys or no queries (written by the API without the attention kernels), and an
+// Inf in q, k, v or dO (numerics §7: every output NaN, flamia_check_device_status names the
+// tensor).
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +15,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "flamia/flamia.h"
@@ -197,8 +200,12 @@ class ApiDeviceStatus : public ::testing::Test {
     p.max_seqlen_k = max_seqlen_;
     p.softmax_scale = 1.0f / std::sqrt(float(kHeadDim));
     p.causal = 1;
-    p.scale_mode = FLAMIA_SCALE_EXACT;
+    p.scale_mode = scale_mode_;
     p.key_smoothing = FLAMIA_SMOOTH_NONE;
+    if (scale_mode_ == FLAMIA_SCALE_STATIC) {
+      p.static_key_exponents = static_exponents_.get();
+      p.static_value_exponents = static_exponents_.get();
+    }
     return p;
   }
 
@@ -276,6 +283,9 @@ class ApiDeviceStatus : public ::testing::Test {
   cudaStream_t stream_ = nullptr;
   std::mt19937 rng_;
   int32_t max_seqlen_ = kMaxSeqlen;
+  flamia_scale_mode scale_mode_ = FLAMIA_SCALE_EXACT;
+  // FLAMIA_SCALE_STATIC's K and V exponents: N(0, 1) inputs stay far below 448 * 2^-5.
+  DeviceBuffer<int8_t> static_exponents_{std::vector<int8_t>(kHeadsKv, int8_t(-5))};
   DeviceBuffer<int32_t> cu_q_{size_t(kBatch + 1)};
   DeviceBuffer<int32_t> cu_k_{size_t(kBatch + 1)};
   Tensor q_{kTotal, kHeadsQ, 0};
@@ -336,6 +346,109 @@ TEST_P(ApiBadDeviceSeqlens, BackwardPoisonsOutputsAndReports) {
 
 INSTANTIATE_TEST_SUITE_P(Api, ApiBadDeviceSeqlens, ::testing::ValuesIn(bad_seqlens_cases()),
                          [](const ::testing::TestParamInfo<BadSeqlens>& info) {
+                           return info.param.name;
+                         });
+
+// numerics §7: an Inf in an input (E4M3 has none; saturating it would be a finite wrong value).
+struct InfiniteInput {
+  std::string name;
+  flamia_scale_mode scale_mode;
+  char tensor;    // 'q', 'k', 'v' or 'd' (dO)
+  uint16_t bits;  // BF16 +Inf or -Inf
+  std::string message;
+};
+
+std::vector<InfiniteInput> infinite_input_cases() {
+  constexpr uint16_t kPlusInf = 0x7F80, kMinusInf = 0xFF80;
+  std::vector<InfiniteInput> cases;
+  const std::pair<flamia_scale_mode, const char*> modes[] = {{FLAMIA_SCALE_EXACT, "Exact"},
+                                                             {FLAMIA_SCALE_BLOCK32, "Block32"},
+                                                             {FLAMIA_SCALE_STATIC, "Static"}};
+  for (const auto& [mode, mode_name] : modes) {
+    cases.push_back(
+        {std::string(mode_name) + "Q", mode, 'q', kPlusInf, "q holds an infinite value"});
+    cases.push_back(
+        {std::string(mode_name) + "K", mode, 'k', kMinusInf, "k holds an infinite value"});
+    cases.push_back(
+        {std::string(mode_name) + "V", mode, 'v', kPlusInf, "v holds an infinite value"});
+    cases.push_back(
+        {std::string(mode_name) + "DO", mode, 'd', kMinusInf, "d_o holds an infinite value"});
+  }
+  return cases;
+}
+
+class ApiInfiniteInput : public ApiDeviceStatus,
+                         public ::testing::WithParamInterface<InfiniteInput> {
+ protected:
+  Tensor& target() {
+    switch (GetParam().tensor) {
+      case 'q':
+        return q_;
+      case 'k':
+        return k_;
+      case 'v':
+        return v_;
+      default:
+        return d_o_;
+    }
+  }
+  // Token 60 of document 3 (a 113-token document), head 1, channel 5.
+  void plant_infinity() {
+    Tensor& t = target();
+    std::vector<uint16_t> host = t.buffer.download();
+    host[size_t(18 + 60) * size_t(t.token_stride) + 1 * kHeadDim + 5] = GetParam().bits;
+    t.buffer.upload(host);
+  }
+  void expect_reported_once() {
+    EXPECT_EQ(check_status(), FLAMIA_ERROR_INVALID_ARGUMENT) << flamia_last_error_message();
+    const std::string message = flamia_last_error_message();
+    EXPECT_NE(message.find(GetParam().message), std::string::npos) << message;
+    EXPECT_EQ(check_status(), FLAMIA_OK) << "the status must be cleared once reported";
+  }
+};
+
+TEST_P(ApiInfiniteInput, PoisonsEveryOutputAndNamesTheTensor) {
+  scale_mode_ = GetParam().scale_mode;
+  if (GetParam().tensor != 'd') {
+    plant_infinity();
+    prefill_forward_outputs(true);
+    ASSERT_EQ(run_forward(), FLAMIA_OK) << flamia_last_error_message();
+    expect_reported_once();
+    expect_forward_outputs(bf16_is_nan, is_nan, "forward with an Inf input");
+    target().fill_random(rng_);
+  }
+  // The backward finds it itself (it quantizes q, k, v again without saved operands, and dO):
+  // a clean forward first, so that no NaN of the forward's outputs reaches it.
+  expect_good_forward("the forward before the backward");
+  plant_infinity();
+  prefill_backward_outputs(true);
+  ASSERT_EQ(run_backward(), FLAMIA_OK) << flamia_last_error_message();
+  expect_reported_once();
+  expect_backward_outputs(bf16_is_nan, "backward with an Inf input");
+
+  target().fill_random(rng_);
+  expect_good_forward("a good forward after an Inf input");
+}
+
+// The forward that quantizes inside the attention kernel (FLAMIA_QUANTIZE_FUSED) finds it too.
+TEST_P(ApiInfiniteInput, FusedForwardPoisonsEveryOutputAndNamesTheTensor) {
+  if (GetParam().tensor == 'd' || GetParam().scale_mode == FLAMIA_SCALE_STATIC)
+    GTEST_SKIP() << "the fused forward reads no dO and has no static scales";
+  scale_mode_ = GetParam().scale_mode;
+  plant_infinity();
+  prefill_forward_outputs(true);
+  flamia_forward_args& fused = forward_args_unchecked();
+  fused.quantize = FLAMIA_QUANTIZE_FUSED;
+  ASSERT_EQ(flamia_forward(&fused), FLAMIA_OK) << flamia_last_error_message();
+  expect_reported_once();
+  expect_forward_outputs(bf16_is_nan, is_nan, "fused forward with an Inf input");
+
+  target().fill_random(rng_);
+  expect_good_forward("a good forward after an Inf input");
+}
+
+INSTANTIATE_TEST_SUITE_P(Api, ApiInfiniteInput, ::testing::ValuesIn(infinite_input_cases()),
+                         [](const ::testing::TestParamInfo<InfiniteInput>& info) {
                            return info.param.name;
                          });
 

@@ -877,6 +877,50 @@ def test_invalid_cu_seqlens_found_on_the_device(monkeypatch):
     assert "INVALID_SEQLENS" in str(info.value)
 
 
+@pytest.mark.parametrize("scale_mode", ["exact", "block32", "static"])
+@pytest.mark.parametrize("tensor", ["q", "k", "v", "dout"])
+def test_inf_in_an_input_makes_every_output_nan(tensor, scale_mode, monkeypatch):
+    """docs/numerics.md §7: E4M3 has no Inf, and saturating one to ±448 would be a finite wrong
+    value, so an Inf anywhere in q, k, v or dO makes every output of the call NaN, and
+    FLAMIA_CHECK_DEVICE=1 names the tensor."""
+    p = make([300, 17, 1, 113], heads_q=4, heads_kv=2, head_dim=128, seed=3)
+    kwargs = dict(causal=True, scale_mode=scale_mode)
+    if scale_mode == "static":
+        kwargs["static_exponents"] = flamia.static_exponents(p["k"].detach(), p["v"].detach())
+    dout = torch.randn_like(p["q"])
+    assert_finite(run(p, dout, **kwargs))  # the test can fail
+    target = dout if tensor == "dout" else p[tensor]
+    with torch.no_grad():
+        target[320, 1, 5] = -math.inf if tensor in ("k", "dout") else math.inf
+    monkeypatch.delenv("FLAMIA_CHECK_DEVICE", raising=False)
+    result = run(p, dout, **kwargs)
+    names = ("dq", "dk", "dv") if tensor == "dout" else ("out", "lse", "dq", "dk", "dv")
+    for name in names:
+        assert torch.isnan(result[name].float()).all(), name
+    monkeypatch.setenv("FLAMIA_CHECK_DEVICE", "1")
+    with pytest.raises(RuntimeError) as info:  # a FlamiaError (autograd may wrap the backward's)
+        run(p, dout, **kwargs)
+    name = "d_o" if tensor == "dout" else tensor
+    assert f"{name} holds an infinite value" in str(info.value)
+
+
+def test_inf_in_the_last_overlapped_chunk_makes_every_output_nan(monkeypatch):
+    """The forward overlapped per chunk of KV heads (each chunk's quantize pass beside the
+    previous chunk's attention): an Inf in the last chunk's keys is found after the earlier
+    chunks' attention has written finite outputs, and the poison after the join still makes
+    every output NaN."""
+    monkeypatch.setenv("FLAMIA_FORWARD_OVERLAP", "4:24")
+    p = make([2048, 1000], heads_q=8, heads_kv=4, head_dim=128, seed=4, requires_grad=False)
+    assert_finite(run(p, None, causal=True))
+    p["k"][100, 3, 5] = math.inf  # KV head 3: the last of four chunks
+    monkeypatch.delenv("FLAMIA_CHECK_DEVICE", raising=False)
+    result = run(p, None, causal=True)
+    assert torch.isnan(result["out"].float()).all() and torch.isnan(result["lse"]).all()
+    monkeypatch.setenv("FLAMIA_CHECK_DEVICE", "1")
+    with pytest.raises(RuntimeError, match="k holds an infinite value"):
+        run(p, None, causal=True)
+
+
 def test_misaligned_input_is_refused_or_correct():
     # q starting one element past an allocation: the Python checks let it through (the last
     # dimension is contiguous); the library must either refuse it with a FlamiaError

@@ -22,9 +22,9 @@ struct ForwardKernelArgs {
   float softmax_scale = 1.0f;
   ForwardOperands in;
   Bf16MutableView o;
-  float* lse = nullptr;            // [heads_q][total_q]
-  float* softmax_stats = nullptr;  // [heads_q][total_q][2] = {M, l}, or nullptr
-  const int32_t* device_status = nullptr;
+  float* lse = nullptr;                 // [heads_q][total_q]
+  float* softmax_stats = nullptr;       // [heads_q][total_q][2] = {M, l}, or nullptr
+  int32_t* device_status = nullptr;     // read (skip when non-zero); FUSED records an Inf there
   void* scheduler_workspace = nullptr;  // forward_scheduler_workspace_bytes(shape)
   // Tests only: every visible P̂ as e4m3_decode(P̂) * 2^(M_running - 8), [Hq][total_q][total_k].
   // Runs a separate (slower) instantiation of the kernel.

@@ -32,9 +32,9 @@ struct ForwardParams {
   __nv_bfloat16* o;
   int64_t o_token_stride;
   int64_t o_head_stride;
-  float* lse;            // [Hq][total_q]
-  float* softmax_stats;  // [Hq][total_q][2] or nullptr
-  const int32_t* device_status;
+  float* lse;              // [Hq][total_q]
+  float* softmax_stats;    // [Hq][total_q][2] or nullptr
+  int32_t* device_status;  // read; the fused producer records an Inf input there
   ScheduleView schedule;
   // Whether the CTAs take their items after the first from schedule.item_counter (1) or by a
   // stride of the grid (0: kDynamicItems off, or chunks of the overlapped forward, which share

@@ -145,7 +145,8 @@ __device__ __forceinline__ void store_part(uint8_t* tile, int row, int part,
 
 // Quantizes the kRows token rows of one tile (token tile_first + row, for row < kRows) of
 // `head` from their staged copy (stage_tile, landed) into `tile`, and each row's exponent into
-// exponents[row] (0 outside the item).
+// exponents[row] (0 outside the item). A row (or block) whose amax is infinite records
+// `infinite_status` in device_status (numerics §7), as the separate pass does.
 // `amax_window` (block32 only): kRows + 2 * kScaleBlockHalo entries of scratch, `block_of_row`
 // kRows entries (each row's block, relative to the window). All producer threads call it (it
 // synchronizes them in block32 mode: the rows' amax go through amax_window first, with the
@@ -154,7 +155,9 @@ template <int kHeadDim, int kRows, TileLayout kLayout>
 __device__ __forceinline__ void quantize_tile(const uint8_t* staged, const Bf16View& src, int head,
                                               int tile_first, const ItemTokens& item, bool block32,
                                               uint8_t* tile, int8_t* exponents,
-                                              uint32_t* amax_window, uint32_t* block_of_row) {
+                                              uint32_t* amax_window, uint32_t* block_of_row,
+                                              int32_t* device_status,
+                                              DeviceStatus infinite_status) {
   using Lanes = RowLanes<kHeadDim>;
   static_assert(kRows % Lanes::kTokensPerStep == 0, "whole steps");
   constexpr int kSteps = kRows / Lanes::kTokensPerStep;
@@ -215,6 +218,8 @@ __device__ __forceinline__ void quantize_tile(const uint8_t* staged, const Bf16V
     } else {
       amax = row_amax<kHeadDim>(x);
     }
+    if (inside && part == 0 && quantize::is_infinite_amax(quantize::amax_bits(amax)))
+      quantize::record_infinite_input(device_status, infinite_status);
     const int e = inside ? scale_exponent(amax) : 0;
     if (part == 0) exponents[row] = int8_t(e);
     store_part<kHeadDim, kLayout>(tile, row, part, x, exp2_int(-e), inside);

@@ -298,7 +298,7 @@ __device__ __forceinline__ void run_fused_producer(const ForwardParams& p,
       quantize_tile<kHeadDim, Tile::kBlockM, TileLayout::kRows>(
           staged, p.fused_q, w.head, w.geo.q_start + w.geo.q0, item_queries(p, w), block32,
           smem.q[buffer], smem.q_row_exp[buffer], smem.fused_amax[kAmaxOfQ],
-          smem.fused_block[kAmaxOfQ]);
+          smem.fused_block[kAmaxOfQ], p.device_status, kDeviceStatusInfiniteQuery);
       write_item_rows<kHeadDim>(p, w, smem, buffer, false);
       if (threadIdx.x % kWarpgroupThreads == 0) smem.handed_index[buffer] = step.index;
       hopper::fence_proxy_async_shared();  // the S = Q̂K̂ᵀ wgmma reads the tile
@@ -312,11 +312,13 @@ __device__ __forceinline__ void run_fused_producer(const ForwardParams& p,
       }
       quantize_tile<kHeadDim, Tile::kBlockN, TileLayout::kColumns>(
           staged, p.fused_v, w.kv_head, key_tile_start, item_keys(p, w), block32, smem.vt[stage][0],
-          smem.fused_value_exp[stage], smem.fused_amax[kAmaxOfV], smem.fused_block[kAmaxOfV]);
+          smem.fused_value_exp[stage], smem.fused_amax[kAmaxOfV], smem.fused_block[kAmaxOfV],
+          p.device_status, kDeviceStatusInfiniteValue);
     } else {
       quantize_tile<kHeadDim, Tile::kBlockN, TileLayout::kRows>(
           staged, p.fused_k, w.kv_head, key_tile_start, item_keys(p, w), block32, smem.k[stage],
-          smem.fused_key_exp[stage], smem.fused_amax[kAmaxOfK], smem.fused_block[kAmaxOfK]);
+          smem.fused_key_exp[stage], smem.fused_amax[kAmaxOfK], smem.fused_block[kAmaxOfK],
+          p.device_status, kDeviceStatusInfiniteKey);
       producer_sync();  // every key's exponents are written
       const StageExponents exponents{smem.fused_key_exp[stage], smem.fused_value_exp[stage]};
       const uint8_t row_sum_byte =

@@ -11,6 +11,9 @@
 //   kernel reads. Most early kernels wait first (they gain the launch latency); the schedule plans
 //   do their whole work first (they read only cu_seqlens and the device status, which kernels two
 //   or more launches earlier wrote), and are launched early only right after a quantize pass.
+//   The one exception: that quantize pass may still raise the status (an Inf input, numerics §7)
+//   while a plan reads it. Either value is harmless: a plan that read 0 plans the items, and the
+//   attention kernels read the status again after their own wait and skip them.
 // Kernels that may have an early successor call allow_dependent_launch() when they start.
 // Without the launch attribute both instructions are no-ops.
 #pragma once

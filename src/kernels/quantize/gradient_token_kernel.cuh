@@ -151,6 +151,7 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
   for (int j = 0; j < kQuadTokens; ++j) {
     const float amax = Geometry::reduce_chunks(token_chunk_amax(loads, j), MaxOp());
     if (set.valid(j) && g.sub_chunk == 0) {  // one lane per token
+      report_infinite_amax(job, amax_bits(amax));
       const int d_o_exponent = scale_exponent(__uint_as_float(amax_bits(amax)));
       const float inverse_l = load_inverse_l(job, head, set.token(j));
 #pragma unroll

@@ -22,7 +22,8 @@ struct QuantizeForwardArgs {
   StaticExponents static_exponents;             // scale mode kStatic: K̂'s and V̂'s
   Bf16View q, k, v;
   ForwardOperands out;  // q, k, v_t (+ lse_shift when smoothing; zeros when kNone)
-  const int32_t* device_status = nullptr;  // skip all work when non-zero
+  // Skip all work when non-zero; an Inf in q, k or v records kDeviceStatusInfinite* there.
+  int32_t* device_status = nullptr;
   HeadRange heads;                   // quantize only these heads (of every tensor and output above)
   bool general_kernel_only = false;  // tests: no job on the register kernels (the same bytes)
   // Optional, zeroed by the caller: [2][heads_kv] FP32, the max |K̂'s input| and |v| per KV
@@ -37,7 +38,7 @@ struct QuantizeBackwardArgs {
   const float* softmax_stats = nullptr;  // [heads_q][total_q][2] = {M, l}
   bool delta_from_bf16_d_o = false;      // fp8-bf16grad: D = dO . O (else 2^edo dÔ . O)
   BackwardOperands out;
-  const int32_t* device_status = nullptr;
+  int32_t* device_status = nullptr;  // as QuantizeForwardArgs' (and an Inf in dO)
   // Optional: the backward's FP32 dQ buffer, [heads_q][total_q][dq_row_floats] floats, which
   // the dO job's CTAs zero for their tokens (instead of a memset: the stores hide in the job's
   // latency-bound phases). dq_row_floats * 4 must be a multiple of 16 bytes.

@@ -28,7 +28,7 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
   const ForwardOperands& fwd = args.fwd_out;
 
   // Q̂ᵀ holds the same bytes and exponents as Q̂.
-  TensorJob q = query_job(shape, to_source(args.q), args.device_status);
+  TensorJob q = query_job(shape, to_source(args.q), args.device_status, kDeviceStatusInfiniteQuery);
   CopySpec q_hat;
   q_hat.blocks = blocks;
   q_hat.order = TokenOrder::kPermuted;
@@ -41,7 +41,7 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
                                to_source(args.k), args.softmax_scale);
 
   // K̂cᵀ from k - k_first; K̂ from k - m shares it when m is the first key.
-  TensorJob k = key_job(shape, to_source(args.k), args.device_status);
+  TensorJob k = key_job(shape, to_source(args.k), args.device_status, kDeviceStatusInfiniteKey);
   CopySpec k_centered;
   k_centered.transform = Transform::kSubtractFirstKey;
   k_centered.blocks = blocks;
@@ -68,7 +68,7 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
   k.shift_vector = args.key_smoothing_vector;
 
   // V̂ and V̂ᵀ: same bytes, same exponents.
-  TensorJob v = key_job(shape, to_source(args.v), args.device_status);
+  TensorJob v = key_job(shape, to_source(args.v), args.device_status, kDeviceStatusInfiniteValue);
   CopySpec v_hat;
   v_hat.blocks = blocks;
   v_hat.order = TokenOrder::kPermuted;
@@ -81,7 +81,8 @@ cudaError_t launch_quantize_backward(const QuantizeBackwardArgs& args, cudaStrea
   add_copy(v, v_hat);
 
   // dÔ first: delta reads copy 0's codes.
-  TensorJob d_o = query_job(shape, to_source(args.d_o), args.device_status);
+  TensorJob d_o = query_job(shape, to_source(args.d_o), args.device_status,
+                            kDeviceStatusInfiniteOutputGradient);
   CopySpec d_o_hat;
   d_o_hat.blocks = blocks;
   d_o_hat.row_major = out.d_o.values;

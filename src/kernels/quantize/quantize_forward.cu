@@ -14,7 +14,7 @@ cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_
   if (!shape_valid(shape) || !args.heads.fits(shape)) return cudaErrorInvalidValue;
   const BlockKind blocks = blocks_of(args.scale_mode);
 
-  TensorJob q = query_job(shape, to_source(args.q), args.device_status);
+  TensorJob q = query_job(shape, to_source(args.q), args.device_status, kDeviceStatusInfiniteQuery);
   CopySpec q_hat;
   q_hat.blocks = blocks;
   q_hat.row_major = args.out.q.values;
@@ -23,7 +23,7 @@ cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_
   q.lse_shift = lse_shift_spec(shape, args.out.lse_shift, args.key_smoothing,
                                args.key_smoothing_vector, to_source(args.k), args.softmax_scale);
 
-  TensorJob k = key_job(shape, to_source(args.k), args.device_status);
+  TensorJob k = key_job(shape, to_source(args.k), args.device_status, kDeviceStatusInfiniteKey);
   CopySpec k_hat;
   k_hat.transform = transform_of(args.key_smoothing);
   k_hat.blocks = blocks;
@@ -34,7 +34,7 @@ cudaError_t launch_quantize_forward(const QuantizeForwardArgs& args, cudaStream_
   add_copy(k, k_hat);
   k.shift_vector = args.key_smoothing_vector;
 
-  TensorJob v = key_job(shape, to_source(args.v), args.device_status);
+  TensorJob v = key_job(shape, to_source(args.v), args.device_status, kDeviceStatusInfiniteValue);
   CopySpec v_hat_t;
   v_hat_t.blocks = blocks;
   v_hat_t.order = TokenOrder::kPermuted;

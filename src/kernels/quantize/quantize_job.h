@@ -104,7 +104,10 @@ struct TensorJob {
   LseShiftSpec lse_shift;
   DeltaSpec delta;
   ZeroRowsSpec zero_rows;  // gradient kernel only
-  const int32_t* device_status = nullptr;
+  // Read: a failed check earlier in the call stops the job. Written: an infinite token amax
+  // records `infinite_status` (report_infinite_amax, scale_blocks.cuh).
+  int32_t* device_status = nullptr;
+  DeviceStatus infinite_status = kDeviceStatusOk;  // which tensor this job reads (the builder's)
   // Set by the builder: whether any part of the job depends on document bounds (a document-
   // local block, the first key, the LSE shift's key document). Exact-mode jobs skip the search.
   bool needs_documents = false;

@@ -269,6 +269,7 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
       block.end = min(block.end, window_end);
       uint32_t bits = 0;
       for (int p = block.begin; p < block.end; ++p) bits = max(bits, s.amax[k][p - window_origin]);
+      report_infinite_amax(job, bits);
       const int e = copy.static_exponents != nullptr
                         ? static_scale_exponent(copy.static_exponents[head])
                         : scale_exponent(__uint_as_float(bits));

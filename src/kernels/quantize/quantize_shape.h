@@ -14,8 +14,8 @@ inline bool shape_valid(const PackedShape& shape) {
          shape.batch >= 0;
 }
 
-inline TensorJob query_job(const PackedShape& shape, const TensorSource& x,
-                           const int32_t* device_status) {
+inline TensorJob query_job(const PackedShape& shape, const TensorSource& x, int32_t* device_status,
+                           DeviceStatus infinite_status) {
   TensorJob job;
   job.x = x;
   job.cu_seqlens = shape.cu_seqlens_q;
@@ -24,11 +24,12 @@ inline TensorJob query_job(const PackedShape& shape, const TensorSource& x,
   job.heads = shape.heads_q;
   job.layout_heads = shape.heads_q;
   job.device_status = device_status;
+  job.infinite_status = infinite_status;
   return job;
 }
 
-inline TensorJob key_job(const PackedShape& shape, const TensorSource& x,
-                         const int32_t* device_status) {
+inline TensorJob key_job(const PackedShape& shape, const TensorSource& x, int32_t* device_status,
+                         DeviceStatus infinite_status) {
   TensorJob job;
   job.x = x;
   job.cu_seqlens = shape.cu_seqlens_k;
@@ -37,6 +38,7 @@ inline TensorJob key_job(const PackedShape& shape, const TensorSource& x,
   job.heads = shape.heads_kv;
   job.layout_heads = shape.heads_kv;
   job.device_status = device_status;
+  job.infinite_status = infinite_status;
   return job;
 }
 

@@ -39,6 +39,29 @@ __device__ __forceinline__ uint32_t amax_bits(float amax) {
   return amax == amax ? __float_as_uint(amax) : 0u;
 }
 
+// numerics §7: a token (or block) whose amax is infinite held an Inf, which E4M3 cannot hold
+// (satfinite would make it ±448, a finite wrong value). `bits`: an amax_bits value (NaN
+// excluded, so only +Inf matches).
+constexpr uint32_t kInfiniteAmaxBits = 0x7F800000u;
+__host__ __device__ constexpr bool is_infinite_amax(uint32_t bits) {
+  return bits == kInfiniteAmaxBits;
+}
+
+// Records an Inf input: the attention kernels then skip their work and the call's outputs are
+// poisoned with NaN (flamia_check_device_status names the tensor). An atomic maximum without a
+// result (a fire-and-forget reduction): while the quantize pass runs the status is 0 or another
+// Inf code (the device check before it stops every kernel of the call), so one Inf code stays.
+__device__ __forceinline__ void record_infinite_input(int32_t* device_status,
+                                                      DeviceStatus infinite_status) {
+  if (device_status != nullptr) atomicMax(device_status, int32_t(infinite_status));
+}
+__device__ __forceinline__ void record_infinite_input(const TensorJob& job) {
+  record_infinite_input(job.device_status, job.infinite_status);
+}
+__device__ __forceinline__ void report_infinite_amax(const TensorJob& job, uint32_t bits) {
+  if (is_infinite_amax(bits)) record_infinite_input(job);
+}
+
 // Takes the maximum of the warp's amax bit patterns (`own`: the calling lane's) into *out (FP32,
 // non-negative) with one atomic. Called by whole warps.
 __device__ __forceinline__ void add_warp_amax(uint32_t own, float* out) {

@@ -81,9 +81,14 @@ __device__ __forceinline__ void token_scale_tile(const TensorJob& job, int cta, 
 
   // ---- 2. per-token amax -------------------------------------------------------------------
   float amax[kQuadTokens];
+  uint32_t largest_bits = 0u;  // of the thread's valid tokens: an Inf is recorded at the end
 #pragma unroll
-  for (int j = 0; j < kQuadTokens; ++j)
+  for (int j = 0; j < kQuadTokens; ++j) {
     amax[j] = Geometry::reduce_chunks(token_chunk_amax(loads, j), MaxOp());
+    largest_bits = max(largest_bits, set.valid(j) ? amax_bits(amax[j]) : 0u);
+  }
+  // (a predicate, not the bits, lives across steps 3-4: the loads hold the registers there)
+  const bool infinite = is_infinite_amax(largest_bits);
 
   const int64_t exponent_row = int64_t(head) * tokens;
   const CopySpec& copy = job.copy[0];
@@ -133,6 +138,7 @@ __device__ __forceinline__ void token_scale_tile(const TensorJob& job, int cta, 
   }
   if (copy.token_major != nullptr)
     flush_token_major<kHeadDim>(stage, copy.token_major, head, tile_begin, tokens);
+  if (infinite) record_infinite_input(job);
 }
 
 template <int kHeadDim>
