@@ -27,7 +27,7 @@ constexpr int kDoScaledBlockTokens = 64;  // dO/l copy: document-local blocks of
 
 // ---- Softmax ---------------------------------------------------------------------------------
 // P̂ = e4m3(exp2(t - M + kSoftmaxOffset)) with integer M >= max t: the row maximum of P̂ lies in
-// (2^7, 2^8], the top of E4M3's range, whatever the per-key V scales are.
+// [2^7, 2^8], the top of E4M3's range, whatever the per-key V scales are.
 constexpr int kSoftmaxOffset = 8;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
