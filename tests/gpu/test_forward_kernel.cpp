@@ -157,10 +157,20 @@ TEST_P(ForwardKernelTest, MatchesReference) {
   const double lse_mean_err = lse_rows > 0 ? lse_err_sum / lse_rows : 0.0;
   EXPECT_LE(lse_err, flip_bound);
   EXPECT_LE(lse_mean_err, 2e-3);
-  int m_mismatch = 0;
-  for (size_t i = 0; i < gpu.stats.size(); i += 2)
+  int m_mismatch = 0, l_outside = 0;
+  for (size_t i = 0; i < gpu.stats.size(); i += 2) {
     m_mismatch += gpu.stats[i] != expected.softmax_stats[i];
+    // l (what the backward rebuilds P from, read by no other check): where M agrees, within the
+    // same E4M3 flips as LSE; {0, 0} exactly where the reference has it.
+    const float l_gpu = gpu.stats[i + 1], l_ref = expected.softmax_stats[i + 1];
+    if (l_ref == 0.0f) {
+      l_outside += gpu.stats[i] != 0.0f || l_gpu != 0.0f;
+    } else if (gpu.stats[i] == expected.softmax_stats[i]) {
+      l_outside += !(std::fabs(std::log(double(l_gpu) / double(l_ref))) <= flip_bound);
+    }
+  }
   EXPECT_LE(m_mismatch, int(gpu.stats.size() / 2 / 100 + 1)) << "integer offsets M differ";
+  EXPECT_EQ(l_outside, 0) << "row sums l off the reference's";
   std::printf(
       "[forward %s] rel_l2 vs ref %.3g, vs f64 %.3g (ref %.3g), |dLSE| max %.3g mean %.3g\n",
       c.name.c_str(), err_vs_ref, err_gpu, err_ref, lse_err, lse_mean_err);

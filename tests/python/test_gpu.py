@@ -64,10 +64,11 @@ def _sync():
         torch.cuda.synchronize()
 
 
-def _poison_allocator(nbytes=1 << 28):
-    """Leaves NaN in the caching allocator's free blocks, so outputs the library forgot to
-    write show up as NaN (best effort: later allocations usually reuse these blocks)."""
-    torch.full((nbytes // 4,), math.nan, dtype=torch.float32, device=DEVICE)
+def _poison_allocator(fill=math.nan, nbytes=1 << 28):
+    """Leaves `fill` in the caching allocator's free blocks, so outputs the library forgot to
+    write show up (best effort: later allocations usually reuse these blocks): NaN where finite
+    outputs are expected, 0 where NaN outputs are (a forgotten NaN output would pass otherwise)."""
+    torch.full((nbytes // 4,), fill, dtype=torch.float32, device=DEVICE)
     _sync()
 
 
@@ -88,11 +89,12 @@ def make(seqlens_q, seqlens_k=None, heads_q=8, heads_kv=2, head_dim=128, seed=0,
                 max_seqlen_q=max(seqlens_q), max_seqlen_k=max(seqlens_k))
 
 
-def run(p, dout=None, **kwargs):
-    """Forward (and backward when dout is given) through flamia; returns a dict of results."""
+def run(p, dout=None, poison=math.nan, **kwargs):
+    """Forward (and backward when dout is given) through flamia; returns a dict of results.
+    `poison`: what the outputs' memory holds before (_poison_allocator)."""
     for name in ("q", "k", "v"):
         p[name].grad = None
-    _poison_allocator()
+    _poison_allocator(poison)
     out, lse = flamia.attn_varlen_func(p["q"], p["k"], p["v"], p["cu_seqlens_q"],
                                        p["cu_seqlens_k"], p["max_seqlen_q"], p["max_seqlen_k"],
                                        return_lse=True, **kwargs)
@@ -847,6 +849,7 @@ def test_one_document_of_256k_tokens(head_dim):
 
 
 def test_no_keys_and_no_queries():
+    _poison_allocator()  # the zeros below must be written
     p = make([0, 0], [4, 9], heads_q=4, heads_kv=4, head_dim=64)
     out, lse = flamia.attn_varlen_func(p["q"], p["k"], p["v"], p["cu_seqlens_q"],
                                        p["cu_seqlens_k"], 0, 9, return_lse=True)
@@ -868,6 +871,7 @@ def test_invalid_cu_seqlens_found_on_the_device(monkeypatch):
 
     # Without the debug check nothing synchronises, and the outputs say it: all NaN.
     monkeypatch.delenv("FLAMIA_CHECK_DEVICE", raising=False)
+    _poison_allocator(0.0)  # the NaN must be written
     out = call()
     _sync()
     assert torch.isnan(out).all()
@@ -893,7 +897,7 @@ def test_inf_in_an_input_makes_every_output_nan(tensor, scale_mode, monkeypatch)
     with torch.no_grad():
         target[320, 1, 5] = -math.inf if tensor in ("k", "dout") else math.inf
     monkeypatch.delenv("FLAMIA_CHECK_DEVICE", raising=False)
-    result = run(p, dout, **kwargs)
+    result = run(p, dout, poison=0.0, **kwargs)  # (the NaN must be written)
     names = ("dq", "dk", "dv") if tensor == "dout" else ("out", "lse", "dq", "dk", "dv")
     for name in names:
         assert torch.isnan(result[name].float()).all(), name
@@ -914,7 +918,7 @@ def test_inf_in_the_last_overlapped_chunk_makes_every_output_nan(monkeypatch):
     assert_finite(run(p, None, causal=True))
     p["k"][100, 3, 5] = math.inf  # KV head 3: the last of four chunks
     monkeypatch.delenv("FLAMIA_CHECK_DEVICE", raising=False)
-    result = run(p, None, causal=True)
+    result = run(p, None, poison=0.0, causal=True)  # (the NaN must be written)
     assert torch.isnan(result["out"].float()).all() and torch.isnan(result["lse"]).all()
     monkeypatch.setenv("FLAMIA_CHECK_DEVICE", "1")
     with pytest.raises(RuntimeError, match="k holds an infinite value"):

@@ -635,7 +635,8 @@ def test_mixed_backends_compose_flamia_and_bf16(monkeypatch):
         with torch.no_grad():
             attend(q, k, v, cu, 20)
         assert len(calls) == (1 if name == "fp8fwd_bf16bwd" else 0)
-    assert calls == [] or calls[0]["scale_mode"] == "exact"
+        if name == "fp8fwd_bf16bwd":  # (checked here: after the loop `calls` is always empty)
+            assert calls[0]["scale_mode"] == "exact", calls
 
 
 def test_delayed_static_scales_give_each_layer_its_history():
