@@ -9,6 +9,7 @@ Backends (all causal over packed documents, (tokens, heads, head_dim) BF16 input
 - flamia_static: scale_mode "static" with delayed scaling (DelayedStaticScales): each layer's K
   and V exponents from the largest amax its K and V had over the previous steps, plus a margin;
   no scale depends on a token of the step (the first step's come from its own K and V).
+  Held-out evaluation takes the last training call's exponents and records nothing.
 - fp8fwd_bf16bwd / bf16fwd_fp8bwd: the forward value of one (flamia exact / bf16) with the
   gradient of the other (`straight_through`): which half of FP8 attention costs the loss.
   Each computes both forwards, so their timings mean nothing.
@@ -67,6 +68,24 @@ class DelayedStaticScales:
             self._step_key, self._layer = cu_seqlens, 0
         layer, self._layer = self._layer, self._layer + 1
         return self.layers.setdefault(layer, flamia.StaticScaleHistory(self.margin, self.history))
+
+    @staticmethod
+    def evaluation_exponents(history, k, v):
+        """An evaluation call's exponents (no gradient): those the layer's last training call
+        took, recording nothing, so held-out K and V never become the scales of the training
+        steps that follow; the layer's saturation flags stay as the training step left them."""
+        saturated = history.saturated_heads
+        e = history.exponents(k, v, record=False)
+        history.saturated_heads = saturated
+        return e
+
+    def state(self) -> dict:
+        """Each layer's history, for a resumed run (train.py --resume) to continue bit for bit."""
+        return {"layers": dict(self.layers)}
+
+    def load_state(self, state: dict) -> None:
+        self.layers = dict(state["layers"])
+        self._step_key, self._layer = None, 0
 
     def saturated_heads(self):
         """A device tensor (the int 0 before any call recorded); int() of it synchronises."""
@@ -245,7 +264,11 @@ def make_backend(name: str, device: torch.device, precision: str = "fp8",
     scales = DelayedStaticScales() if scale_mode == "static" else None
 
     def attend(q, k, v, cu_seqlens, max_seqlen):
-        extra = {"static_exponents": scales.history_for(cu_seqlens)} if scales else {}
+        extra = {}
+        if scales:  # training records this call's amax; evaluation records nothing
+            history = scales.history_for(cu_seqlens)
+            extra["static_exponents"] = (history if torch.is_grad_enabled()
+                                         else scales.evaluation_exponents(history, k, v))
         return flamia.attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen,
                                        causal=True, scale_mode=scale_mode, **flamia_args,
                                        **extra)

@@ -167,17 +167,23 @@ def bench_attention(attend, attend_state, batch, cfg: ModelConfig, device, repea
     return (time.perf_counter() - start) * 1e3 / repeats * cfg.n_layers
 
 
-def save_resume_state(path, next_step, rows, wall_s, model, optimizer, stream, device):
+def save_resume_state(path, next_step, rows, wall_s, model, optimizer, stream, device,
+                      static_scales=None):
     state = {"next_step": next_step, "rows": rows, "wall_s": wall_s,
              "model": model.state_dict(), "optimizer": optimizer.state_dict(),
              "stream": stream.state(), "torch_rng": torch.get_rng_state(),
-             "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None}
+             "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+             # flamia_static: the delayed scaling history (else the first resumed step would
+             # take its scales from its own K and V)
+             "static_scales": static_scales.state() if static_scales is not None else None}
     torch.save(state, path)
 
 
-def load_resume_state(path, model, optimizer, stream, device):
+def load_resume_state(path, model, optimizer, stream, device, static_scales=None):
     """Restores what save_resume_state wrote; returns (next step, rows so far, wall seconds)."""
     state = torch.load(path, map_location=device, weights_only=False)
+    if static_scales is not None and state.get("static_scales") is not None:
+        static_scales.load_state(state["static_scales"])
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     stream.load_state(state["stream"])
@@ -313,7 +319,7 @@ def main(argv=None):
     first_step, earlier_wall_s = 0, 0.0
     if args.resume and resume_path.is_file():
         first_step, rows, earlier_wall_s = load_resume_state(resume_path, model, optimizer,
-                                                             stream, device)
+                                                             stream, device, static_scales)
         print(f"{args.attention}: resumed at step {first_step}", flush=True)
     started = time.perf_counter()
     stopped_early = None
@@ -382,7 +388,8 @@ def main(argv=None):
     resumable = stopped_early is not None and not stopped_early.startswith("non-finite")
     if resumable and len(rows) < train_cfg.steps:
         # saved before the summary's held-out evaluation, which must not change the state
-        save_resume_state(resume_path, len(rows), rows, wall_s, model, optimizer, stream, device)
+        save_resume_state(resume_path, len(rows), rows, wall_s, model, optimizer, stream, device,
+                          static_scales)
         print(f"{args.attention}: state for --resume in {resume_path}", flush=True)
     elif resume_path.is_file():
         resume_path.unlink()

@@ -678,3 +678,87 @@ def test_static_training_logs_saturation(tmp_path):
     assert len(counts) == 3 and all(n >= 0 for n in counts)
     assert result["saturated_heads"] == sum(counts)
     assert result["steps_with_saturation"] == sum(n > 0 for n in counts)
+
+
+def _static_stand_in(monkeypatch):
+    """flamia.attn_varlen_func replaced by the float attention (CPU) that treats a
+    StaticScaleHistory as the real front does (exponents from the recorded calls, then records
+    this call's K and V amax) and whose output depends on the scales it took: the K and V amax
+    its exponents came from. Returns the list of (took a history, exponents) per call."""
+    import flamia
+
+    calls = []
+
+    def attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, *, static_exponents=None, **kw):
+        history = (static_exponents if isinstance(static_exponents, flamia.StaticScaleHistory)
+                   else None)
+        amax = torch.stack([t.detach().abs().amax(dim=(0, 2)) for t in (k, v)]).float()
+        if history is not None:
+            bound = torch.stack(history._amax).amax(0) if history._amax else amax
+            e = history._forward_exponents(lambda: k, v)
+            history._record_forward(amax, e)
+        else:
+            bound, e = None, static_exponents
+        calls.append((history is not None, e.clone()))
+        cu = cu_q.tolist()
+        out = backends._sdpa(q, k, v, cu_q, max_q, list(zip(cu[:-1], cu[1:])))
+        factor = 1 + 1e-2 * e.float().mean()
+        if bound is not None:
+            factor = factor + 1e-3 * bound.mean()
+        return out * factor
+
+    monkeypatch.setattr(flamia, "attn_varlen_func", attn_varlen_func)
+    monkeypatch.setattr(flamia, "explain", lambda *a, **k: "stand-in")
+    return calls
+
+
+def test_static_evaluation_leaves_the_training_history_alone(monkeypatch):
+    """flamia_static's held-out evaluation (no gradient) takes the exponents of the layer's last
+    training call and records nothing: held-out K and V must not become the scales of the
+    training steps that follow (at 16 held-out batches they would replace a 16-step history)."""
+    calls = _static_stand_in(monkeypatch)
+    attend, _ = backends.make_backend("flamia_static", torch.device("cpu"), heads=(2, 1, 8))
+    gen = torch.Generator().manual_seed(3)
+    cu = torch.tensor([0, 7, 20], dtype=torch.int32)
+
+    def qkv(scale):
+        return [(scale * torch.randn(20, h, 8, generator=gen)).requires_grad_()
+                for h in (2, 1, 1)]
+
+    attend(*qkv(1.0), torch.tensor([0, 7, 20], dtype=torch.int32), 13)  # training step 1
+    history = attend.static_scales.layers[0]
+    assert len(history._amax) == 1 and calls[-1][0]
+    trained_e = calls[-1][1]
+    with torch.no_grad():  # held-out evaluation on much larger K and V
+        attend(*qkv(1000.0), cu.clone(), 13)
+    took_history, eval_e = calls[-1]
+    assert not took_history and torch.equal(eval_e, trained_e)
+    assert len(history._amax) == 1  # nothing recorded
+    attend(*qkv(1.0), cu.clone(), 13)  # training step 2: scales from step 1 alone
+    assert torch.equal(calls[-1][1], trained_e)
+
+
+def test_an_interrupted_static_run_resumes_bit_for_bit_on_cpu(tmp_path, monkeypatch):
+    """flamia_static (a CPU stand-in for the kernel) stopped after 2 of 4 steps and resumed
+    gives the losses of one uninterrupted run: the resume state keeps each layer's delayed
+    scaling history (else the first resumed step would take its scales from its own K and V)."""
+    if not (EXAMPLE / "data" / "corpus.npz").is_file():
+        pytest.skip("examples/pretrain/data/corpus.npz is not in this checkout")
+    import train
+
+    _static_stand_in(monkeypatch)
+    common = ["--preset", "cpu-tiny", "--attention", "flamia_static", "--steps", "4",
+              "--eval-every", "3", "--device", "cpu"]
+    whole = train.main(common + ["--out-dir", str(tmp_path / "whole")])
+    split = tmp_path / "split"
+    first = train.main(common + ["--out-dir", str(split), "--stop-after-steps", "2"])
+    assert first["steps"] == 2 and (split / "flamia_static.resume.pt").is_file()
+    resumed = train.main(common + ["--out-dir", str(split), "--resume"])
+    assert resumed["steps"] == 4
+
+    def losses(run_dir):
+        with open(run_dir / "flamia_static.csv") as f:
+            return [(int(r["step"]), r["loss"], r["grad_norm"]) for r in csv.DictReader(f)]
+
+    assert losses(split) == losses(tmp_path / "whole")
+    assert resumed["final_heldout_loss"] == whole["final_heldout_loss"]
