@@ -72,7 +72,7 @@ typedef struct flamia_problem {
   int32_t batch;   /* documents, 1 .. 2^23 */
   int32_t total_q; /* tokens, 0 .. 2^31 - 257 (likewise total_k) */
   int32_t total_k;
-  int32_t heads_q;
+  int32_t heads_q;  /* 1 .. 2^22; heads_q * total_q at most 2^31 - 257 query rows */
   int32_t heads_kv; /* heads_q must be a multiple (GQA/MQA) */
   int32_t head_dim; /* 64 or 128 */
   int32_t max_seqlen_q;

@@ -33,6 +33,14 @@ constexpr int kHeadDimNotYetImplemented = 256;
 constexpr int32_t kMaxBatch = 1 << 23;
 // Tokens per side: padded to whole tiles (up to 256 more) the counts stay 32-bit.
 constexpr int32_t kMaxTotalTokens = std::numeric_limits<int32_t>::max() - 256;
+// Query heads: heads x head_dim (head dims up to 256) stays below 2^31, the range of the TMA
+// coordinates and tensor-map rows of the [heads x head_dim][tokens] copies (V̂ᵀ in the forward,
+// Q̂ᵀ and dO''ᵀ in the backward) and of the centred keys' loop; heads_kv <= heads_q follows.
+constexpr int32_t kMaxHeadsQ = 1 << 22;
+// Query rows (heads_q x total_q): the forward plan's work items (at most one per row) are
+// counted and indexed in 32 bits, with the persistent grid's stride past the last. Beyond any
+// GPU's memory anyway (O alone would take 256 GiB at head dim 64).
+constexpr int64_t kMaxQueryRows = kMaxTotalTokens;
 
 // The raw value of a C enum field: a C caller can store any int there, and C++ may assume an
 // enum holds only its enumerators' range, so read the bytes instead of comparing the enum.
@@ -72,11 +80,25 @@ flamia_status check_sizes(const flamia_problem& p, const char* where) {
     }
   }
   if (p.heads_q < 1) return invalid(where, "problem.heads_q", p.heads_q, "must be at least 1");
+  if (p.heads_q > kMaxHeadsQ) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: problem.heads_q (%d) is above the %d query heads one call supports (heads x "
+                "head_dim must stay 32-bit in the kernels' tensor-map coordinates)",
+                where, p.heads_q, kMaxHeadsQ);
+  }
   if (p.heads_kv < 1) return invalid(where, "problem.heads_kv", p.heads_kv, "must be at least 1");
   if (p.heads_q % p.heads_kv != 0) {
     return fail(FLAMIA_ERROR_INVALID_ARGUMENT,
                 "%s: problem.heads_q (%d) must be a multiple of problem.heads_kv (%d) (GQA/MQA)",
                 where, p.heads_q, p.heads_kv);
+  }
+  if (int64_t(p.heads_q) * p.total_q > kMaxQueryRows) {
+    return fail(FLAMIA_ERROR_UNSUPPORTED,
+                "%s: problem.heads_q x problem.total_q (%d x %d = %lld query rows) is above the "
+                "%lld one call supports (the forward's work items are counted in 32 bits); split "
+                "the batch",
+                where, p.heads_q, p.total_q, static_cast<long long>(int64_t(p.heads_q) * p.total_q),
+                static_cast<long long>(kMaxQueryRows));
   }
   if (p.head_dim < 1) return invalid(where, "problem.head_dim", p.head_dim, "must be positive");
   if (p.max_seqlen_q < 1) {

@@ -97,6 +97,8 @@ std::vector<Case<Setup>> problem_cases() {
        {"problem.total_q (2147483392)", "2147483391 tokens"}},
       {"TotalsAtTokenLimitAccepted",  // the limit itself is valid: the workspace fails next
        [](Setup& s) {
+         // one head: with more the query rows (heads_q x total_q) pass their own limit
+         s.args.problem.heads_q = s.args.problem.heads_kv = 1;
          s.args.problem.total_q = s.args.problem.total_k =
              std::numeric_limits<int32_t>::max() - 256;
          s.args.problem.max_seqlen_q = s.args.problem.max_seqlen_k = 113;
@@ -120,6 +122,44 @@ std::vector<Case<Setup>> problem_cases() {
        problem([](flamia_problem& p) { p.heads_kv = -2; }),
        FLAMIA_ERROR_INVALID_ARGUMENT,
        {"problem.heads_kv (-2)"}},
+      // heads x head_dim must stay 32-bit in the kernels' TMA coordinates (2^24 + 1 heads at
+      // head dim 128 read KV head 2^24's V̂ᵀ at coordinate -2^31: zeros)
+      {"HeadsQAboveLimit",
+       problem([](flamia_problem& p) {
+         p.heads_q = (1 << 24) + 1;
+         p.heads_kv = 1;
+       }),
+       FLAMIA_ERROR_UNSUPPORTED,
+       {"problem.heads_q (16777217)", "4194304 query heads"}},
+      {"HeadsQJustAboveLimit",
+       problem([](flamia_problem& p) { p.heads_q = (1 << 22) + 2; }),
+       FLAMIA_ERROR_UNSUPPORTED,
+       {"problem.heads_q (4194306)", "4194304 query heads"}},
+      {"HeadsQAtLimitAccepted",  // the limit itself is valid: the workspace fails next
+       [](Setup& s) {
+         s.args.problem.heads_q = s.args.problem.heads_kv = 1 << 22;
+         s.relayout();
+         s.args.workspace = nullptr;
+       },
+       FLAMIA_ERROR_WORKSPACE,
+       {"workspace"}},
+      // the forward plan counts heads_q x (query tiles) work items in 32 bits
+      {"QueryRowsAboveLimit",
+       problem([](flamia_problem& p) {
+         p.heads_q = 2;
+         p.total_q = p.total_k = 1073741696;  // 2 x = 2^31 - 256
+       }),
+       FLAMIA_ERROR_UNSUPPORTED,
+       {"2 x 1073741696 = 2147483392 query rows", "2147483391"}},
+      {"QueryRowsBelowLimitAccepted",  // valid (TotalsAtTokenLimitAccepted: at the limit)
+       [](Setup& s) {
+         s.args.problem.heads_q = 2;
+         s.args.problem.total_q = s.args.problem.total_k = 1073741695;  // 2 x = 2^31 - 258
+         s.relayout();
+         s.args.workspace = nullptr;
+       },
+       FLAMIA_ERROR_WORKSPACE,
+       {"workspace"}},
       {"HeadsNotMultiple",
        problem([](flamia_problem& p) {
          p.heads_q = 6;
