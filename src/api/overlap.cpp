@@ -13,9 +13,9 @@ namespace {
 // session 31's sweeps on the H200 (bench/results/overlap): the attention runs at about
 // kAttentionFlopsPerSecond and the quantize pass at kQuantizeBytesPerSecond on the whole GPU, but
 // at only kQuantizeBytesPerSm on each SM it keeps beside the attention (its CTAs are issue-
-// bound there: ~14-16 instructions per element, docs/results-log.md session 32). Overlap pays when the
-// attention is at least kMinAttentionToQuantize times the pass; chunk c + 1's quantization should
-// fit in chunk c's attention, which sets the SMs.
+// bound there: ~14-16 instructions per element, docs/results-log.md session 32). Overlap pays when
+// the attention is at least kMinAttentionToQuantize times the pass; chunk c + 1's quantization
+// should fit in chunk c's attention, which sets the SMs.
 constexpr double kAttentionFlopsPerSecond = 800e12;
 constexpr double kQuantizeBytesPerSecond = 3.4e12;
 constexpr double kQuantizeBytesPerSm = 25e9;
