@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The forward with its quantization fused into the kernel against the separate quantize pass,
-over document lengths (packed causal documents, 32768 tokens), with FA2 varlen for scale: where fusing pays, and so where
-kFusedQuantizeMaxSeqlen (AUTO's threshold) belongs. Both flamia paths give the same outputs bit
+over document lengths (packed causal documents, 32768 tokens), with FA2 varlen for scale: whether
+fusing pays anywhere (it has not: AUTO takes the separate pass on every shape measured, session
+14). Both flamia paths give the same outputs bit
 for bit (tests/gpu/test_forward_fused_quantize.cpp); times are medians of calls queued back to
 back (bench_attention.median_ms).
 

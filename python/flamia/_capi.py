@@ -1,7 +1,7 @@
 """ctypes mirror of include/flamia/flamia.h and the lazy loader of libflamia.so.
 
 The structs below must match the C header field for field: ctypes lays them out with the
-platform C ABI, and tests/python/test_capi_layout.py compiles the header and compares every
+platform C ABI, and tests/python/test_capi.py compiles the header and compares every
 offset. Nothing here imports torch, and nothing loads the library until `library()` is called,
 so `import flamia` works on machines without the library or a GPU.
 """

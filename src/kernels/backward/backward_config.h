@@ -15,9 +15,10 @@ constexpr int kWarpSize = 32;
 constexpr int kWarpsPerWarpgroup = kWarpgroupThreads / kWarpSize;
 
 // The FP8 path adds a dQ warpgroup (threads kThreads ..): the key warpgroups hand it each step's
-// x = dS 2^eq through shared memory (two buffers), and it applies 2^ekc, finds dQ's block scales,
-// packs Ĝ in registers and runs dQ = Ĝ K̂c and the additions into the FP32 buffer on its own
-// (dq_warpgroup.cuh). BF16grad keeps dQ in the key warpgroups.
+// y = dS 2^eq 2^ekc through shared memory (two buffers; the centered-key scales 2^ekc are the
+// dQ warpgroup's, computed once per CTA), and it finds dQ's block scales, packs Ĝ in registers
+// and runs dQ = Ĝ K̂c and the additions into the FP32 buffer on its own (dq_warpgroup.cuh).
+// BF16grad keeps dQ in the key warpgroups.
 constexpr int kDqWarpgroupThreads = kWarpgroupThreads;
 template <bool kBf16Grad>
 constexpr int kCtaThreads = kBf16Grad ? kThreads : kThreads + kDqWarpgroupThreads;

@@ -1,6 +1,8 @@
 // The persistent loop's work items: every (document, query head, query tile) in the plan's order.
-// The producer and the consumers walk the same sequence independently (static round-robin over
-// CTAs), so no hand-off is needed.
+// A CTA's first item is its index; the next ones come by the grid's stride (head dim 64, the
+// overlapped forward's chunks), walked by the producer and the consumers independently, or, at
+// head dim 128 (kDynamicItems), from the plan's counter, which the producer reads and hands to the
+// consumers with each Q tile (consumer.cuh).
 #pragma once
 
 #include "kernels/forward/forward_params.h"
