@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gpu_test_utils.h"
 #include "reference/attention_ref.h"
 
 namespace flamia::test {
@@ -41,7 +42,7 @@ inline ref::Problem make_case_problem(const ForwardCase& c) {
   p.key_smoothing = c.smoothing;
   p.sliding_window = c.window;
   if (c.smoothing == KeySmoothing::kVector) {
-    std::mt19937 rng(std::hash<std::string>{}(c.name));
+    std::mt19937_64 rng(case_seed(c.name + "/smoothing"));
     std::normal_distribution<float> normal(0.0f, 2.0f);
     p.smoothing_vector.resize(size_t(c.heads_kv) * c.head_dim);
     for (float& x : p.smoothing_vector) x = normal(rng);
@@ -55,7 +56,7 @@ inline ref::Problem make_case_problem(const ForwardCase& c) {
 
 inline ref::Inputs make_case_inputs(const ForwardCase& c, const ref::Problem& p) {
   ref::InputOptions options;
-  options.seed = std::hash<std::string>{}(c.name);
+  options.seed = case_seed(c.name);
   return ref::make_inputs(p, options);
 }
 

@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <functional>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -33,6 +37,32 @@ inline bool has_sm90() {
 // (from a TEST body use FLAMIA_REQUIRE_SM90(), which also returns).
 inline void require_sm90() {
   if (!has_sm90()) GTEST_SKIP() << "no sm_90 GPU: GPU test skipped";
+}
+
+// Inputs are fresh per run: one seed per test process, from FLAMIA_TEST_SEED when set, else
+// drawn from std::random_device, printed once (stderr) so that a failing run can be repeated
+// with FLAMIA_TEST_SEED=<value>.
+inline uint64_t run_seed() {
+  static const uint64_t seed = [] {
+    uint64_t s = 0;
+    if (const char* given = std::getenv("FLAMIA_TEST_SEED")) {
+      s = std::strtoull(given, nullptr, 10);
+    } else {
+      std::random_device source;
+      s = (uint64_t(source()) << 32) | source();
+    }
+    std::fprintf(stderr, "FLAMIA_TEST_SEED=%llu (set it to repeat this run's inputs)\n",
+                 static_cast<unsigned long long>(s));
+    return s;
+  }();
+  return seed;
+}
+
+// A case's input seed: its name (cases differ within a run) mixed with the run's seed (runs
+// differ). The shapes of the cases stay fixed; only the values are fresh.
+inline uint64_t case_seed(const std::string& name) {
+  constexpr uint64_t kGoldenRatio = 0x9E3779B97F4A7C15ull;
+  return std::hash<std::string>{}(name) ^ (run_seed() * kGoldenRatio);
 }
 
 // Base fixture of GPU test suites: every test skips without an sm_90 GPU.

@@ -155,10 +155,7 @@ class ApiDeviceStatus : public ::testing::Test {
     FLAMIA_REQUIRE_SM90();
     // A blocking stream: the helpers' synchronous copies on the legacy stream order with it.
     ASSERT_EQ(cudaStreamCreate(&stream_), cudaSuccess);
-    std::random_device seed_source;
-    const unsigned seed = seed_source();
-    rng_.seed(seed);
-    RecordProperty("seed", int(seed));
+    rng_.seed(uint32_t(case_seed(::testing::UnitTest::GetInstance()->current_test_info()->name())));
     q_.fill_random(rng_);
     k_.fill_random(rng_);
     v_.fill_random(rng_);

@@ -48,7 +48,7 @@ inline ref::Problem make_case_problem(const BackwardCase& c) {
 
 inline ref::Inputs make_case_inputs(const BackwardCase& c, const ref::Problem& p) {
   ref::InputOptions options;
-  options.seed = std::hash<std::string>{}(c.name);
+  options.seed = case_seed(c.name);
   options.key_bias = c.key_bias;
   options.sink_token = c.sink;
   return ref::make_inputs(p, options);

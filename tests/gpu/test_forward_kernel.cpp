@@ -118,7 +118,7 @@ TEST_P(ForwardKernelTest, MatchesReference) {
   problem.key_smoothing = c.smoothing;
   problem.sliding_window = c.sliding_window;
   ref::InputOptions options;
-  options.seed = std::hash<std::string>{}(c.name);
+  options.seed = case_seed(c.name);
   options.key_bias = c.key_bias;
   options.small_value_binades = c.small_value_binades;
   const ref::Inputs inputs = ref::make_inputs(problem, options);

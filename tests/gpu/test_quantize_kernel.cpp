@@ -466,7 +466,7 @@ ref::Problem make_problem(const QuantizeCase& c) {
 }
 
 uint64_t seed_of(const std::string& name) {
-  return std::hash<std::string>{}(name) ^ 0x5EEDu;
+  return case_seed(name);
 }
 
 // Everything one case needs on both sides.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import secrets
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,24 @@ STUB_SOURCE = pathlib.Path(__file__).resolve().parent / "stub" / "flamia_stub.c"
 # Test the checkout's package unless one is installed on purpose (FLAMIA_TEST_INSTALLED=1).
 if os.environ.get("FLAMIA_TEST_INSTALLED", "") in ("", "0"):
     sys.path.insert(0, str(REPO / "python"))
+
+# Inputs of the GPU tests are fresh per run: one seed per session, from FLAMIA_TEST_SEED when
+# set, else random; shown in the header and with every failure, so a failing run can be repeated
+# with FLAMIA_TEST_SEED=<value>. The test modules read it from the environment.
+RUN_SEED = int(os.environ.get("FLAMIA_TEST_SEED") or secrets.randbits(32))
+os.environ["FLAMIA_TEST_SEED"] = str(RUN_SEED)
+
+
+def pytest_report_header(config):
+    return f"FLAMIA_TEST_SEED={RUN_SEED} (set it to repeat this run's inputs)"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        report.sections.append(("flamia", f"FLAMIA_TEST_SEED={RUN_SEED}"))
 
 
 def c_compiler() -> str | None:

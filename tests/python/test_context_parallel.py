@@ -17,6 +17,7 @@ deterministic) and the single-GPU call.
 from __future__ import annotations
 
 import math
+import os
 
 import pytest
 import torch
@@ -569,8 +570,10 @@ def _poison_allocator(nbytes=1 << 28):
 
 
 def _gpu_inputs(seqlens, seed, heads_q=8, heads_kv=2, dim=128, device="cuda"):
-    """The same numbers on every GPU of a machine (a seeded generator per device)."""
-    gen = torch.Generator(device=device).manual_seed(seed)
+    """The same numbers on every GPU of a machine (a seeded generator per device), fresh per run
+    (the run's FLAMIA_TEST_SEED, conftest.py, reaches every rank through the environment)."""
+    run_seed = int(os.environ.get("FLAMIA_TEST_SEED", "0"))
+    gen = torch.Generator(device=device).manual_seed((run_seed << 16) ^ seed)
     total = sum(seqlens)
 
     def randn(heads):

@@ -10,6 +10,8 @@ less accurate than the FP8 one on dQ and dK (it uses strictly finer operands the
 from __future__ import annotations
 
 import math
+import os
+import zlib
 
 import pytest
 import torch
@@ -29,6 +31,12 @@ CONTRACT_RATIO, CONTRACT_SLACK = 1.1, 1e-3
 LSE_F64_BOUND = 0.25  # absolute; FP8 S moves LSE by a few 1e-2 on N(0, 1) data
 WINDOW_ROW_BOUND = 5e-3  # a windowed row vs its window alone: FP32 summation order and BF16
 AWKWARD = [1, 17, 113, 0, 2049, 300]  # incl. an empty document and a 2k+1 one
+RUN_SEED = int(os.environ.get("FLAMIA_TEST_SEED", "0"))  # conftest.py: fresh per run
+
+
+def _fresh(seed):
+    """A test's seed mixed with the run's: distinct seeds stay distinct, runs differ."""
+    return (RUN_SEED << 16) ^ seed
 
 
 def assert_lse_matches_the_contract(lse, emulated_lse):
@@ -50,6 +58,13 @@ def _skip_reason() -> str | None:
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_skip_reason() is not None,
                                                   reason=str(_skip_reason()))]
+
+
+@pytest.fixture(autouse=True)
+def _fresh_global_generators(request):
+    """torch's default generators start from a fixed seed in every process: seed them per test
+    from the run's seed, so inputs drawn without a generator are fresh too (and repeatable)."""
+    torch.manual_seed(_fresh(zlib.crc32(request.node.nodeid.encode())))
 
 
 def _cu(seqlens, device=None):
@@ -75,7 +90,7 @@ def _poison_allocator(fill=math.nan, nbytes=1 << 28):
 def make(seqlens_q, seqlens_k=None, heads_q=8, heads_kv=2, head_dim=128, seed=0,
          requires_grad=True):
     seqlens_k = seqlens_q if seqlens_k is None else seqlens_k
-    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    gen = torch.Generator(device=DEVICE).manual_seed(_fresh(seed))
     total_q, total_k = sum(seqlens_q), sum(seqlens_k)
 
     def randn(*shape):
@@ -341,7 +356,7 @@ def _spread_values(v, binades, seed):
     apart inside a key tile, so the forward sums part of l on its FP32 fallback."""
     if binades == 0:
         return v
-    gen = torch.Generator(device=v.device).manual_seed(seed)
+    gen = torch.Generator(device=v.device).manual_seed(_fresh(seed))
     u = torch.randint(-binades, binades + 1, (v.shape[0], 1, 1), generator=gen, device=v.device)
     return (v.float() * torch.exp2(u.float())).to(v.dtype)
 
