@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "flamia/flamia.h"
@@ -34,6 +35,8 @@ inline std::vector<int8_t> static_exponents_key_then_value(const Problem& p) {
 inline flamia_problem api_problem(const Problem& p, const int32_t* cu_q, const int32_t* cu_k,
                                   const float* smoothing_vector = nullptr,
                                   const int8_t* static_exponents = nullptr) {
+  if (p.score_format != ScoreFormat::kFp8)  // (numerics §9: no kernel reads NVFP4 on Hopper)
+    throw std::invalid_argument("flamia::ref::api_problem: the C API computes Q·Kᵀ in FP8 only");
   flamia_problem problem;
   std::memset(&problem, 0, sizeof(problem));
   problem.cu_seqlens_q = cu_q;

@@ -79,8 +79,9 @@ inline int max_document_length(const std::vector<int32_t>& cu_seqlens) {
 }
 
 // Operand values decoded to double (exact): [heads][tokens][dim], the layout the dot products
-// want. Scales are not applied.
+// want. Scales are not applied (NVFP4: e2m1 * s, without 2^e').
 std::vector<double> decode_head_major(const Fp8Tensor& x);
+std::vector<double> decode_head_major(const Nvfp4Tensor& x);
 
 // Dot product with four partial sums. For two rows of E4M3 values (<= 256 of them) every
 // partial sum is exact in double, so the result is exact and the order does not matter; for
@@ -124,8 +125,13 @@ struct ScoreOperands {
   ScoreOperands(const Problem& problem, const ForwardOperandsRef& operands);
   const Problem& p;
   const ForwardOperandsRef& ops;
-  std::vector<double> q, k, v;  // decode_head_major of ops.q, ops.k, ops.v
-  float c;                      // softmax_scale * log2(e), FP32
+  std::vector<double> q, v;  // decode_head_major of ops.q, ops.v (dK's Q̂, dV's and O's V̂)
+  // Q·Kᵀ's operands, decoded, and their exponents: ops.q and ops.k (ScoreFormat::kFp8), or
+  // ops.q_scores and ops.k_scores (kNvfp4).
+  std::vector<double> score_q, score_k;
+  float c;  // softmax_scale * log2(e), FP32
+  int score_q_exponent(int i, int h) const;
+  int score_k_exponent(int j, int g) const;
 
   // t_ij of query row i (head h) for the keys [k_begin, k_begin + n) (numerics §4 step 2):
   // t = fma(S, (c * 2^eq_i) * 2^ek_j, ev_j) with S exact, rounded once to FP32 (ScaleMode::

@@ -11,6 +11,7 @@
 
 #include "common/views.h"
 #include "reference/bf16.h"
+#include "reference/nvfp4_ref.h"
 #include "reference/quantize_ref.h"
 
 namespace flamia::ref {
@@ -31,6 +32,9 @@ struct Problem {
   // ScaleMode::kStatic: K̂'s and V̂'s exponent per KV head (numerics §2), heads_kv each.
   std::vector<int8_t> static_key_exponents;
   std::vector<int8_t> static_value_exponents;
+  // The operands of Q·Kᵀ (numerics §9): FP8 (flamia's kernels) or NVFP4 (FLAMIA's mixed path,
+  // reference only: Hopper has no FP4 tensor core). The other products stay FP8 either way.
+  ScoreFormat score_format = ScoreFormat::kFp8;
 
   int batch() const { return int(cu_seqlens_q.size()) - 1; }
   int total_q() const { return cu_seqlens_q.back(); }
@@ -103,7 +107,11 @@ struct ForwardOperandsRef {
   Fp8Tensor v;                   // V̂ (row-major; its exponents are ev)
   std::vector<uint8_t> v_t;      // V̂ᵀ [Hkv][D][pad16(total_k)], permuted tokens
   std::vector<float> lse_shift;  // [Hq][total_q] softmax_scale * (q . m); empty without smoothing
-  bool infinite_input() const { return q.infinite || k.infinite || v.infinite; }  // numerics §7
+  // ScoreFormat::kNvfp4: Q·Kᵀ's operands Q̃ (from q) and K̃ (from k - m, as K̂); empty otherwise.
+  Nvfp4Tensor q_scores, k_scores;
+  bool infinite_input() const {  // numerics §7 and §9: the inputs that make every output NaN
+    return q.infinite || k.infinite || v.infinite || q_scores.non_finite || k_scores.non_finite;
+  }
 };
 ForwardOperandsRef quantize_forward_operands(const Problem& problem, const Inputs& inputs);
 

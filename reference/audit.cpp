@@ -132,6 +132,7 @@ AuditResult audit_forward(AuditMode mode, const AuditWorkload& w, const AuditFor
   Problem p =
       make_problem(w.doc_lengths, w.heads_q, w.heads_kv, w.head_dim, true, scale_mode_of(mode));
   p.key_smoothing = w.key_smoothing;
+  p.score_format = w.score_format;
   const Inputs base_inputs = make_inputs(p, {w.seed});
   const std::vector<float> base = run(p, base_inputs);
   AuditResult result;
@@ -198,6 +199,7 @@ AuditResult audit_backward_cross_document(ScaleMode mode, const AuditWorkload& w
   const AuditBackward run = backward ? backward : reference_audit_backward();
   Problem p = make_problem(w.doc_lengths, w.heads_q, w.heads_kv, w.head_dim, true, mode);
   p.key_smoothing = w.key_smoothing;
+  p.score_format = w.score_format;
   const Inputs base_inputs = make_inputs(p, {w.seed});
   const AuditGradients base = run(p, base_inputs);
   AuditResult result;

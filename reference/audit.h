@@ -28,6 +28,7 @@ struct AuditWorkload {
   // is always added. Positions past a document's end are skipped.
   std::vector<int> positions = {0, 1, 31, 32, 33};
   KeySmoothing key_smoothing = KeySmoothing::kNone;  // kVector is not audited (needs a vector)
+  ScoreFormat score_format = ScoreFormat::kFp8;      // kNvfp4: the CPU reference only
 };
 
 struct AuditResult {

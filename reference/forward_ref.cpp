@@ -17,9 +17,20 @@ ScoreOperands::ScoreOperands(const Problem& problem, const ForwardOperandsRef& o
     : p(problem),
       ops(operands),
       q(decode_head_major(operands.q)),
-      k(decode_head_major(operands.k)),
       v(decode_head_major(operands.v)),
-      c(problem.softmax_scale * kLog2e) {}
+      c(problem.softmax_scale * kLog2e) {
+  const bool nvfp4 = problem.score_format == ScoreFormat::kNvfp4;
+  score_q = nvfp4 ? decode_head_major(operands.q_scores) : q;
+  score_k = nvfp4 ? decode_head_major(operands.k_scores) : decode_head_major(operands.k);
+}
+
+int ScoreOperands::score_q_exponent(int i, int h) const {
+  return p.score_format == ScoreFormat::kNvfp4 ? ops.q_scores.exponent(i, h) : ops.q.exponent(i, h);
+}
+
+int ScoreOperands::score_k_exponent(int j, int g) const {
+  return p.score_format == ScoreFormat::kNvfp4 ? ops.k_scores.exponent(j, g) : ops.k.exponent(j, g);
+}
 
 namespace {
 // The factor of step 2: (c * 2^eq_i) * 2^ek_j in FP32, rounded once; kStatic's is clamped to
@@ -34,12 +45,12 @@ float score_factor(const Problem& p, float row_factor, int key_exponent) {
 void ScoreOperands::logits(int h, int i, int k_begin, int n, float* t, float* s) const {
   const int dim = p.head_dim;
   const int g = p.kv_head(h);
-  const float row_factor = c * exp2_int(ops.q.exponent(i, h));
-  const double* q_row = &q[(size_t(h) * p.total_q() + i) * dim];
+  const float row_factor = c * exp2_int(score_q_exponent(i, h));
+  const double* q_row = &score_q[(size_t(h) * p.total_q() + i) * dim];
   for (int jj = 0; jj < n; ++jj) {
     const int j = k_begin + jj;
-    s[jj] = float(dot_product(q_row, &k[(size_t(g) * p.total_k() + j) * dim], dim));
-    const float factor = score_factor(p, row_factor, ops.k.exponent(j, g));
+    s[jj] = float(dot_product(q_row, &score_k[(size_t(g) * p.total_k() + j) * dim], dim));
+    const float factor = score_factor(p, row_factor, score_k_exponent(j, g));
     t[jj] = std::fma(s[jj], factor, float(ops.v.exponent(j, g)));
   }
 }
@@ -48,7 +59,8 @@ float ScoreOperands::shifted_exp2(int h, int i, int j, float t, float s, float m
   if (t == -std::numeric_limits<float>::infinity()) return 0.0f;  // masked
   if (p.scale_mode != ScaleMode::kStatic) return std::exp2((t - m) + float(kSoftmaxOffset));
   const int g = p.kv_head(h);
-  const float factor = score_factor(p, c * exp2_int(ops.q.exponent(i, h)), ops.k.exponent(j, g));
+  const float factor =
+      score_factor(p, c * exp2_int(score_q_exponent(i, h)), score_k_exponent(j, g));
   const float bias = float(ops.v.exponent(j, g)) - (m - float(kSoftmaxOffset));  // exact
   return std::exp2(std::fma(s, factor, bias));
 }

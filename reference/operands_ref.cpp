@@ -58,6 +58,10 @@ ForwardOperandsRef quantize_forward_operands(const Problem& p, const Inputs& in,
     ops.v = quantize(v_source, p.total_k(), p.heads_kv, dim, k_blocks, hooks.scale_rule);
   }
   ops.v_t = token_major(ops.v, /*permuted=*/true);
+  if (p.score_format == ScoreFormat::kNvfp4) {  // numerics §9: the E4M3 rule's exponents, e - 2
+    ops.q_scores = quantize_nvfp4([&](int t, int h, int d) { return in.q.at(t, h, d); }, ops.q);
+    ops.k_scores = quantize_nvfp4(k_source, ops.k);
+  }
 
   if (p.key_smoothing != KeySmoothing::kNone) {
     // LSE shift softmax_scale * (q_i . m): BF16 q, the dot rounded once to FP32.

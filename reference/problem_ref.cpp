@@ -53,6 +53,8 @@ void validate(const Problem& p) {
   check(p.heads_q > 0 && p.heads_kv > 0 && p.heads_q % p.heads_kv == 0,
         "heads_q must be a positive multiple of heads_kv");
   check(p.head_dim > 0, "head_dim must be positive");
+  check(p.score_format == ScoreFormat::kFp8 || p.head_dim % kNvfp4BlockElements == 0,
+        "score_format nvfp4 needs a head_dim that is a multiple of 16 (its scale blocks)");
   check(std::isfinite(p.softmax_scale), "softmax_scale must be finite");
   if (p.causal) {
     for (int b = 0; b < p.batch(); ++b)
@@ -109,6 +111,15 @@ std::vector<double> decode_head_major(const Fp8Tensor& x) {
     for (int h = 0; h < x.heads; ++h)
       for (int d = 0; d < x.dim; ++d)
         out[(size_t(h) * x.tokens + t) * x.dim + d] = e4m3_decode(x.value(t, h, d));
+  return out;
+}
+
+std::vector<double> decode_head_major(const Nvfp4Tensor& x) {
+  std::vector<double> out(size_t(x.heads) * x.tokens * x.dim);
+  for (int t = 0; t < x.tokens; ++t)
+    for (int h = 0; h < x.heads; ++h)
+      for (int d = 0; d < x.dim; ++d)
+        out[(size_t(h) * x.tokens + t) * x.dim + d] = x.block_value(t, h, d);
   return out;
 }
 

@@ -11,6 +11,7 @@ namespace flamia::cli {
 int run_demo(const std::vector<std::string>& args);
 int run_audit(const std::vector<std::string>& args);
 int run_accuracy(const std::vector<std::string>& args);
+int run_formats(const std::vector<std::string>& args);
 
 // Walks a subcommand's arguments one option at a time:
 //   for (OptionReader r(args); r.next();) if (r.option() == "--docs") use(r.value()); ...

@@ -30,6 +30,7 @@ struct ScheduleCase {
   std::vector<int> lengths;
   bool causal;
   bool pack;
+  int window = 0;  // a causal sliding window (PackedShape::sliding_window; 0: none)
 };
 
 // The launch's key tiles per document (backward_launch.cu).
@@ -44,9 +45,11 @@ struct Entry {
   int work;
 };
 
-// What the plan must place, document by document, tiles in increasing order.
+// What the plan must place, document by document, tiles in increasing order. Under a sliding
+// window a tile's work is capped by sliding_window_query_tiles (the plan's cost, an upper bound
+// of the windowed work that keeps a document's tiles in increasing order); packed runs take none.
 std::vector<Entry> expected_entries(const std::vector<int32_t>& cu, int key_tiles_per_doc,
-                                    bool causal, bool pack) {
+                                    bool causal, bool pack, int window) {
   std::vector<Entry> out;
   const int batch = int(cu.size()) - 1;
   for (int doc = 0; doc < batch; ++doc) {
@@ -64,7 +67,9 @@ std::vector<Entry> expected_entries(const std::vector<int32_t>& cu, int key_tile
       const backward::KeyTileItem item =
           backward::make_key_tile_item(cu.data(), cu.data(), doc, tile, 0);
       if (backward::key_tile_is_empty(item)) break;
-      out.push_back({doc * key_tiles_per_doc + tile, backward::key_tile_query_tiles(item, causal)});
+      int work = backward::key_tile_query_tiles(item, causal);
+      if (causal && window > 0) work = std::min(work, backward::sliding_window_query_tiles(window));
+      out.push_back({doc * key_tiles_per_doc + tile, work});
     }
   }
   return out;
@@ -90,13 +95,15 @@ TEST_P(BackwardScheduleTest, PlacesEveryPairByWorkKeepingTileOrder) {
   shape.batch = batch;
   shape.total_q = shape.total_k = cu.back();
   shape.causal = c.causal;
+  shape.sliding_window = c.window;
   FLAMIA_CUDA_OK(backward::launch_backward_schedule(shape, key_tiles_per_doc, slots, c.pack,
                                                     nullptr, d_order.get(),
                                                     hopper::Launch::kInOrder, nullptr));
   FLAMIA_CUDA_OK(cudaDeviceSynchronize());
   const std::vector<int32_t> order = d_order.download();
 
-  const std::vector<Entry> expected = expected_entries(cu, key_tiles_per_doc, c.causal, c.pack);
+  const std::vector<Entry> expected =
+      expected_entries(cu, key_tiles_per_doc, c.causal, c.pack, c.window);
   ASSERT_LE(expected.size(), size_t(slots));
   std::map<int32_t, int> work_of;
   for (const Entry& e : expected) work_of[e.entry] = e.work;
@@ -154,6 +161,11 @@ std::vector<ScheduleCase> schedule_cases() {
       {"tiny_packed", random_lengths(600, 40, 3), true, true},
       {"tiny_unpacked", random_lengths(600, 40, 4), true, false},
       {"mixed", {1, 2049, 17, 0, 6000, 113, 64, 63, 65, 1000}, true, true},
+      // sliding windows: the capped costs tie most of a long document's tiles, which must still
+      // come in increasing order (the windowed deterministic dQ waits on the tile before)
+      {"window_300_causal", {1, 17, 113, 0, 2049, 300, 8192}, true, true, 300},
+      {"window_9_mixed", {1, 2049, 17, 0, 6000, 113, 64, 63, 65, 1000}, true, true, 9},
+      {"window_100_thread_mode", random_lengths(300, 900, 5), true, true, 100},
   };
   return cases;
 }
