@@ -291,11 +291,13 @@ BackwardResult backward(const Problem& p, const Inputs& in, const HostTensor& o,
   }
   r.dk.assign(dk_acc.begin(), dk_acc.end());
   r.dv.assign(dv_acc.begin(), dv_acc.end());
-  // §7: what the poison writes, K̂c's flag included (the kernels' backward K job takes its amax
-  // from k - k_first, which overflows to Inf for keys ~1.7e38 apart). With an empty side the
-  // gradients are zeros, defined without the values: no Inf is looked for, as in the forward.
+  // §7: what the poison writes, K̂c's and dÔ'''s flags included (the kernels' backward K job
+  // takes its amax from k - k_first, which overflows to Inf for keys ~1.7e38 apart; the dO job
+  // from dO * fl(1/l), which overflows where l is tiny). With an empty side the gradients are
+  // zeros, defined without the values: no Inf is looked for, as in the forward.
   const bool empty_side = p.total_q() == 0 || p.total_k() == 0;
-  if (!empty_side && (c.fwd.infinite_input() || c.bwd.k_centered.infinite || c.bwd.d_o.infinite)) {
+  if (!empty_side && (c.fwd.infinite_input() || c.bwd.k_centered.infinite || c.bwd.d_o.infinite ||
+                      c.bwd.d_o_scaled.infinite)) {
     const float nan = std::numeric_limits<float>::quiet_NaN();
     for (auto* values : {&r.dq, &r.dk, &r.dv}) std::fill(values->begin(), values->end(), nan);
   }

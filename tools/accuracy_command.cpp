@@ -50,29 +50,12 @@ AccuracyOptions parse(const std::vector<std::string>& args) {
       o.head_dim = parse_int(a, r.value());
     } else if (a == "--full") {
       o.causal = false;
-    } else if (a == "--scale-mode") {
-      const std::string& s = r.value();
-      if (s == "exact")
-        o.scale_mode = ScaleMode::kExact;
-      else if (s == "block32")
-        o.scale_mode = ScaleMode::kBlock32;
-      else if (s == "static")  // K and V at make_problem's exponents (kDefaultStaticExponent)
-        o.scale_mode = ScaleMode::kStatic;
-      else
-        throw std::invalid_argument("--scale-mode takes exact, block32 or static");
+    } else if (a == "--scale-mode") {  // static: K and V at make_problem's exponents
+      o.scale_mode = parse_scale_mode(r.value());
     } else if (a == "--precision") {
-      const std::string& s = r.value();
-      if (s == "fp8")
-        o.precision = BackwardPrecision::kFp8;
-      else if (s == "fp8-bf16grad")
-        o.precision = BackwardPrecision::kFp8Bf16Grad;
-      else
-        throw std::invalid_argument("--precision takes fp8 or fp8-bf16grad");
+      o.precision = parse_precision(r.value());
     } else if (a == "--seed") {
-      const std::string& s = r.value();
-      size_t used = 0;
-      o.seed = std::stoull(s, &used);
-      if (used != s.size()) throw std::invalid_argument("--seed takes an unsigned integer");
+      o.seed = parse_seed(r.value());
     } else if (a == "--json") {
       o.json = true;
     } else {

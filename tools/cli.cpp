@@ -53,6 +53,38 @@ std::vector<int> parse_int_list(const std::string& text) {
   return values;
 }
 
+ScaleMode parse_scale_mode(const std::string& text) {
+  if (text == "exact") return ScaleMode::kExact;
+  if (text == "block32") return ScaleMode::kBlock32;
+  if (text == "static") return ScaleMode::kStatic;
+  throw std::invalid_argument("--scale-mode takes exact, block32 or static");
+}
+
+BackwardPrecision parse_precision(const std::string& text) {
+  if (text == "fp8") return BackwardPrecision::kFp8;
+  if (text == "fp8-bf16grad") return BackwardPrecision::kFp8Bf16Grad;
+  throw std::invalid_argument("--precision takes fp8 or fp8-bf16grad");
+}
+
+KeySmoothing parse_smoothing(const std::string& text) {
+  if (text == "none") return KeySmoothing::kNone;
+  if (text == "first_key") return KeySmoothing::kFirstKey;
+  throw std::invalid_argument("--smoothing takes none or first_key");
+}
+
+uint64_t parse_seed(const std::string& text) {
+  size_t used = 0;
+  uint64_t seed = 0;
+  try {
+    seed = std::stoull(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || text[0] == '-')
+    throw std::invalid_argument("--seed takes an unsigned integer, not '" + text + "'");
+  return seed;
+}
+
 double lse_max_abs_difference(const std::vector<float>& gpu, const std::vector<float>& ref) {
   if (gpu.size() != ref.size()) return INFINITY;
   double worst = 0.0;

@@ -3,8 +3,11 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "common/views.h"
 
 namespace flamia::cli {
 
@@ -42,6 +45,14 @@ int parse_int(const std::string& option, const std::string& text);
 // "3549,4377,725" -> {3549, 4377, 725}; empty items are skipped, anything else but an integer
 // throws std::invalid_argument.
 std::vector<int> parse_int_list(const std::string& text);
+
+// Option values shared by the subcommands; anything else throws std::invalid_argument naming
+// the choices. --scale-mode: exact, block32 or static; --precision: fp8 or fp8-bf16grad;
+// --smoothing: none or first_key; --seed: an unsigned integer.
+ScaleMode parse_scale_mode(const std::string& text);
+BackwardPrecision parse_precision(const std::string& text);
+KeySmoothing parse_smoothing(const std::string& text);
+uint64_t parse_seed(const std::string& text);
 
 // Largest |gpu - ref| over LSE rows. A row the reference leaves at -inf (no visible key) must be
 // -inf on the GPU too, else the result is inf; NaN also gives inf.

@@ -72,17 +72,10 @@ DemoOptions parse(const std::vector<std::string>& args) {
       o.seed = std::stoull(r.value());
     else if (a == "--repeats")
       o.repeats = std::stoi(r.value());
-    else if (a == "--smoothing") {
-      const std::string& s = r.value();
-      if (s == "none")
-        o.smoothing = KeySmoothing::kNone;
-      else if (s == "first_key")
-        o.smoothing = KeySmoothing::kFirstKey;
-      else
-        throw std::invalid_argument("--smoothing takes none or first_key");
-    } else {
+    else if (a == "--smoothing")
+      o.smoothing = parse_smoothing(r.value());
+    else
       throw std::invalid_argument("unknown option " + a);
-    }
   }
   return o;
 }

@@ -42,23 +42,9 @@ FormatsOptions parse(const std::vector<std::string>& args) {
     } else if (a == "--head-dim") {
       o.head_dim = parse_int(a, r.value());
     } else if (a == "--scale-mode") {
-      const std::string& s = r.value();
-      if (s == "exact")
-        o.scale_mode = ScaleMode::kExact;
-      else if (s == "block32")
-        o.scale_mode = ScaleMode::kBlock32;
-      else if (s == "static")
-        o.scale_mode = ScaleMode::kStatic;
-      else
-        throw std::invalid_argument("--scale-mode takes exact, block32 or static");
+      o.scale_mode = parse_scale_mode(r.value());
     } else if (a == "--smoothing") {
-      const std::string& s = r.value();
-      if (s == "none")
-        o.smoothing = KeySmoothing::kNone;
-      else if (s == "first_key")
-        o.smoothing = KeySmoothing::kFirstKey;
-      else
-        throw std::invalid_argument("--smoothing takes none or first_key");
+      o.smoothing = parse_smoothing(r.value());
     } else if (a == "--key-bias") {
       const std::string& s = r.value();
       size_t used = 0;
@@ -66,18 +52,9 @@ FormatsOptions parse(const std::vector<std::string>& args) {
       if (used != s.size() || !(o.key_bias >= 0.0f))
         throw std::invalid_argument("--key-bias takes a number >= 0");
     } else if (a == "--precision") {
-      const std::string& s = r.value();
-      if (s == "fp8")
-        o.precision = BackwardPrecision::kFp8;
-      else if (s == "fp8-bf16grad")
-        o.precision = BackwardPrecision::kFp8Bf16Grad;
-      else
-        throw std::invalid_argument("--precision takes fp8 or fp8-bf16grad");
+      o.precision = parse_precision(r.value());
     } else if (a == "--seed") {
-      const std::string& s = r.value();
-      size_t used = 0;
-      o.seed = std::stoull(s, &used);
-      if (used != s.size()) throw std::invalid_argument("--seed takes an unsigned integer");
+      o.seed = parse_seed(r.value());
     } else if (a == "--json") {
       o.json = true;
     } else {

@@ -79,9 +79,13 @@ FLAMIA_HD float exp2_int(int e) {
 }
 
 // A caller-supplied static exponent (scale mode kStatic) as used: clamped to the range where
-// 2^e and 2^-e are normal FP32 numbers (an int8 below -126 counts as -126).
+// 2^e and 2^-e are normal FP32 numbers (an int8 below -126 counts as -126, 127 as 126: 2^-127
+// is subnormal, and exp2_int(-127) would be 0).
+constexpr int kMaxStaticExponent = -kMinScaleExponent;
 FLAMIA_HD int static_scale_exponent(int8_t e) {
-  return e < kMinScaleExponent ? kMinScaleExponent : int(e);
+  return e < kMinScaleExponent    ? kMinScaleExponent
+         : e > kMaxStaticExponent ? kMaxStaticExponent
+                                  : int(e);
 }
 
 // Scale mode kStatic's row factor f_i = max((c 2^eq_i) 2^ek, 2^-126) (numerics §4, static):

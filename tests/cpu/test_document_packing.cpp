@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <random>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/forward/document_packing.h"
@@ -235,6 +237,132 @@ TEST(DocumentPacking, ConsumerBandsSkipOnlyTilesTheyCannotSee) {
       }
   EXPECT_GT(trimmed, 0) << "some causal band ends a tile early";
   EXPECT_GT(empty_bands, 0) << "some band lies past its document";
+}
+
+// The whole plan against the contract's visibility (numerics §4, §4.3), by brute force: every
+// work item of document_items, its geometry (tile_geometry) and the masks its consumers apply
+// per key tile (consumer.cuh: the per-key factors' ev = -inf outside the item's keys, and the
+// kNone / kCausal / kRowRange choice; scale mode kStatic's row ranges, which replace the factors'
+// mask), over the tiles each consumer band computes (visible_key_tiles). Every query row lies
+// in exactly one item, and the keys it keeps unmasked are exactly the keys it sees: random
+// documents of every kind (empty, one token, short and packed, long), causal with and without
+// sliding windows, and non-causal with other key lengths (queries without keys, keys without
+// queries), for both query tile heights.
+struct PlanProblem {
+  std::vector<int32_t> cu_q, cu_k;
+  bool causal = false;
+  int window = 0;
+};
+
+// The keys query i (packed) sees, as a packed range [first, end).
+std::pair<int, int> contract_keys(const PlanProblem& p, int i) {
+  int doc = 0;
+  while (p.cu_q[doc + 1] <= i) ++doc;
+  const int k_begin = p.cu_k[doc], k_end = p.cu_k[doc + 1];
+  if (!p.causal) return {k_begin, k_end};
+  const int row = i - p.cu_q[doc];
+  const int first = p.window > 0 ? std::max(0, row - p.window + 1) : 0;
+  return {k_begin + first, k_begin + row + 1};
+}
+
+template <int kTileRows>
+void check_plan_masks(const PlanProblem& p, bool static_scales, const std::string& what) {
+  constexpr int kBlockN = ForwardTile<128>::kBlockN;
+  const int batch = int(p.cu_q.size()) - 1;
+  const int window = p.causal ? p.window : 0;
+  std::vector<int> covered(p.cu_q.back(), 0);
+  int failures = 0;
+  for (int doc = 0; doc < batch; ++doc) {
+    const DocumentItems d = document_items(p.cu_q.data(), p.cu_k.data(), batch, doc, kTileRows);
+    for (int m = 0; m < d.blocks; ++m) {
+      const TileGeometry g = tile_geometry<kTileRows, kBlockN>(
+          TileItem{doc, 0, m, d.doc_count}, p.cu_q.data(), p.cu_k.data(), p.causal, window);
+      const bool row_ranges = g.doc_count > 1 || g.causal_from == TileGeometry::kWindowed;
+      for (int row = 0; row < kTileRows; ++row) {
+        const int row_local = g.q0 + row;
+        if (row_local >= g.q_len) continue;
+        RowKeyRange keys =
+            g.doc_count > 1
+                ? segment_row_keys(g.first_doc, g.doc_count, g.q_start, g.q_len, g.k_start,
+                                   row_local, p.cu_q.data(), p.cu_k.data(), p.causal, window)
+                : document_row_keys(row_local, window);
+        if (static_scales && row_ranges)
+          keys = {std::max(keys.first, 0), std::min(keys.last, g.k_len - 1)};
+        const int band = row / kRowsPerConsumer * kRowsPerConsumer;
+        const int tiles = row_ranges
+                              ? g.n_tiles
+                              : visible_key_tiles<kBlockN>(g, band, kRowsPerConsumer, p.causal);
+        std::vector<int> seen;  // packed indices of the keys left unmasked
+        for (int n = 0; n < tiles; ++n) {
+          const int first_key_local = g.k_tile_base + n * kBlockN - g.k_start;
+          const bool edge =
+              first_key_local < 0 || first_key_local + kBlockN > g.k_len || n >= g.causal_from;
+          for (int col = 0; col < kBlockN; ++col) {
+            const int key = first_key_local + col;  // relative to the item's k_start
+            bool kept = false;
+            if (static_scales) {
+              if (row_ranges) {
+                kept = key >= keys.first && key <= keys.last;
+              } else if (edge) {
+                const int last = std::min(p.causal ? row_local : g.k_len - 1, g.k_len - 1);
+                kept = key >= 0 && key <= last;
+              } else {
+                kept = true;
+              }
+            } else {
+              kept = key >= 0 && key < g.k_len;  // the factors' ev = -inf outside
+              if (row_ranges) {
+                kept = kept && key >= keys.first && key <= keys.last;
+              } else if (n >= g.causal_from) {
+                kept = kept && key <= keys.last;
+              }
+            }
+            if (kept) seen.push_back(g.k_start + key);
+          }
+        }
+        const int i = g.q_start + row_local;
+        ++covered[i];
+        const auto [first, end] = contract_keys(p, i);
+        std::sort(seen.begin(), seen.end());
+        bool exact = int(seen.size()) == std::max(0, end - first);
+        for (size_t k = 0; exact && k < seen.size(); ++k) exact = seen[k] == first + int(k);
+        if (!exact && failures++ < 3)
+          ADD_FAILURE() << what << " tile rows " << kTileRows << " static " << static_scales
+                        << " doc " << doc << " item " << m << " (documents " << d.doc_count
+                        << ") query " << i << ": " << seen.size() << " keys kept, "
+                        << std::max(0, end - first) << " visible";
+      }
+    }
+  }
+  for (size_t i = 0; i < covered.size(); ++i)
+    EXPECT_EQ(covered[i], 1) << what << " tile rows " << kTileRows << " query " << i;
+}
+
+TEST(DocumentPacking, PlanMasksExactlyTheContractsKeys) {
+  std::mt19937 rng(23);
+  std::uniform_int_distribution<int> kind(0, 9), tiny(2, 64), longer(65, 400);
+  auto length = [&] {
+    const int k = kind(rng);
+    return k == 0 ? 0 : k == 1 ? 1 : k < 8 ? tiny(rng) : longer(rng);
+  };
+  const int windows[] = {0, 1, 7, 64, 100, 128, 129, 300};
+  for (int trial = 0; trial < 150; ++trial) {
+    PlanProblem p;
+    p.causal = trial % 3 != 0;
+    p.window = p.causal ? windows[trial % 8] : 0;
+    std::vector<int> q_lens, k_lens;
+    for (int d = 0, batch = 1 + trial % 24; d < batch; ++d) {
+      q_lens.push_back(length());
+      k_lens.push_back(p.causal ? q_lens.back() : length());
+    }
+    p.cu_q = cu_seqlens_from_lengths(q_lens);
+    p.cu_k = cu_seqlens_from_lengths(k_lens);
+    const std::string what = "trial " + std::to_string(trial);
+    for (bool static_scales : {false, true}) {
+      check_plan_masks<ForwardTile<128>::kBlockM>(p, static_scales, what);
+      check_plan_masks<ForwardTile<64>::kBlockM>(p, static_scales, what);
+    }
+  }
 }
 
 }  // namespace

@@ -164,3 +164,30 @@ TEST(HardInputs, Bf16GradDqUnderKeyBiasNeedsConsistentDeltaAndCenteredKeys) {
 
 }  // namespace
 }  // namespace flamia::ref
+
+namespace flamia::ref {
+namespace {
+
+// scale mode static with the largest int8 exponents: 2^-127 is not a normal FP32 number (exp2_int
+// would give 0: V̂'s factor 2^-ev, hence l, and K̂ all 0, every output silently 0), so 127 counts
+// as 126 (numerics §2) and the outputs are those of 126, finite and non-zero.
+TEST(HardInputs, StaticExponent127CountsAs126) {
+  Problem p = make_problem({17, 40}, 2, 1, 64, true, ScaleMode::kStatic);
+  const Inputs in = make_inputs(p, {3});
+  p.static_key_exponents.assign(1, 126);
+  p.static_value_exponents.assign(1, 126);
+  const ForwardResult at_126 = forward(p, in);
+  p.static_key_exponents.assign(1, 127);
+  p.static_value_exponents.assign(1, 127);
+  const ForwardResult at_127 = forward(p, in);
+  const BackwardResult g = backward(p, in, at_127.o_bf16, at_127.softmax_stats);
+  EXPECT_EQ(at_127.o_bf16.bits, at_126.o_bf16.bits);
+  for (size_t row = 0; row < at_127.lse.size(); ++row)
+    ASSERT_TRUE(std::isfinite(at_127.lse[row])) << row;  // l > 0: every row sees a key
+  double dv_norm = 0.0;
+  for (float x : g.dv) dv_norm += double(x) * x;
+  EXPECT_GT(dv_norm, 0.0);
+}
+
+}  // namespace
+}  // namespace flamia::ref

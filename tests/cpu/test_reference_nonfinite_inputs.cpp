@@ -150,5 +150,25 @@ TEST(NonFiniteInput, QuantizeMarksInfinity) {
   }
 }
 
+// A finite dO whose dO'' = dO * fl(1/l) overflows is an Inf the backward's dO job finds (numerics
+// §7, like k - k_first's overflow): every gradient NaN, not a block of ±448 and flushed zeros.
+// Values ~2^100 give ev ~ 93, so l <= 40 * 448 * 2^-93 ~ 2^-79, and dO = 2^60 overflows; the
+// same problem with an ordinary dO stays finite.
+TEST(NonFiniteInput, ScaledOutputGradientOverflowMakesGradientsNan) {
+  for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kBlock32}) {
+    const Problem p = make_problem({1, 17, 40}, 2, 1, 64, true, mode);
+    Inputs in = make_inputs(p, {5});
+    for (int t = 0; t < p.total_k(); ++t)
+      for (int d = 0; d < p.head_dim; ++d) in.v.set(t, 0, d, in.v.at(t, 0, d) * 0x1p100f);
+    const ForwardResult f = forward(p, in);
+    ASSERT_TRUE(all_finite(f.o)) << scale_mode_name(mode);
+    const BackwardResult finite = backward(p, in, f.o_bf16, f.softmax_stats);
+    EXPECT_TRUE(all_finite(finite.dq) && all_finite(finite.dk) && all_finite(finite.dv));
+    in.d_o.set(30, 1, 7, 0x1p60f);
+    const BackwardResult g = backward(p, in, f.o_bf16, f.softmax_stats);
+    EXPECT_TRUE(all_nan(g.dq) && all_nan(g.dk) && all_nan(g.dv)) << scale_mode_name(mode);
+  }
+}
+
 }  // namespace
 }  // namespace flamia::ref

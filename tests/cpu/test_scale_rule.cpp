@@ -1,6 +1,7 @@
 // The saturation-avoiding power-of-two scale rule and the register permutation helpers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <limits>
@@ -95,6 +96,18 @@ TEST(ScaleRule, NothingSaturatesAfterScaling) {
 TEST(ScaleRule, Exp2IntIsExact) {
   for (int e = kMinScaleExponent; e <= kMaxScaleExponent; ++e)
     EXPECT_EQ(double(exp2_int(e)), std::ldexp(1.0, e)) << e;
+}
+
+// Every int8 a caller may pass as a static exponent gives 2^e and 2^-e as normal FP32 numbers
+// (the kernels and the reference scale by both): -128 and -127 count as -126, 127 as 126.
+TEST(StaticScaleExponent, EveryInt8GivesNormalScalesBothWays) {
+  for (int raw = -128; raw <= 127; ++raw) {
+    const int e = static_scale_exponent(int8_t(raw));
+    EXPECT_EQ(e, std::clamp(raw, kMinScaleExponent, -kMinScaleExponent)) << raw;
+    EXPECT_EQ(double(exp2_int(e)), std::ldexp(1.0, e)) << raw;
+    EXPECT_EQ(double(exp2_int(-e)), std::ldexp(1.0, -e)) << raw;
+    EXPECT_GE(exp2_int(-e), FLT_MIN) << raw;
+  }
 }
 
 TEST(Permutation, SlotAndTokenAreInverseBijections) {

@@ -29,6 +29,8 @@ struct ForwardCase {
   // O written head-major with padded rows (run_forward_kernel), not as the dense layout.
   bool padded_output = false;
   int sliding_window = 0;  // ref::Problem::sliding_window (causal only)
+  // Non-causal only: each document's key length (empty: the query lengths, `docs`).
+  std::vector<int> keys = {};
 };
 
 struct ForwardOutputs {
@@ -117,6 +119,10 @@ TEST_P(ForwardKernelTest, MatchesReference) {
       ref::make_problem(c.docs, c.heads_q, c.heads_kv, c.head_dim, c.causal, c.mode);
   problem.key_smoothing = c.smoothing;
   problem.sliding_window = c.sliding_window;
+  if (!c.keys.empty()) {
+    problem.cu_seqlens_k = {0};
+    for (int n : c.keys) problem.cu_seqlens_k.push_back(problem.cu_seqlens_k.back() + n);
+  }
   ref::InputOptions options;
   options.seed = case_seed(c.name);
   options.key_bias = c.key_bias;
@@ -271,6 +277,22 @@ std::vector<ForwardCase> forward_cases() {
     c.sliding_window = 7;
     cases.push_back(c);
   }
+  // Non-causal documents whose key lengths differ from their query lengths: queries without
+  // keys (O = 0, LSE = -inf, stats {0, 0}) whose key tile starts off the 16-key groups (one
+  // visited tile, every key masked) or on them (none), keys without queries, a segment of
+  // packed short documents with one keyless member, and one query over many key tiles.
+  for (int d : {64, 128})
+    for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kBlock32, ScaleMode::kStatic}) {
+      ForwardCase c{"d" + std::to_string(d) + "_full_unequal_" + ref::scale_mode_name(mode),
+                    {17, 0, 113, 64, 30, 5, 200, 150, 1, 40},
+                    4,
+                    2,
+                    d,
+                    false,
+                    mode};
+      c.keys = {113, 40, 0, 64, 1, 0, 3, 0, 2051, 0};
+      cases.push_back(c);
+    }
   // exact: every 8th token's values 2^-11 smaller. Their value exponents lie outside the
   // row-sum window of a tile's reference key (or, where the reference key is one of them,
   // everybody else's do), so l takes the FP32 fallback.

@@ -81,6 +81,8 @@ std::vector<ForwardCase> overlap_cases() {
   const std::vector<int> long_docs = {300, 17, 1, 2049, 0, 700};
   const std::vector<int> awkward = {130, 7, 0, 700, 64, 1, 113};
   const std::vector<int> short_docs = {5, 64, 1, 33, 0, 17, 63, 2, 113, 9, 40, 64, 64, 1, 128, 7};
+  const std::vector<int> unequal_q = {17, 0, 113, 64, 30, 5, 200, 150, 1, 40};
+  const std::vector<int> unequal_k = {113, 40, 0, 64, 1, 0, 3, 0, 2051, 0};
   using M = ScaleMode;
   using S = KeySmoothing;
   return {
@@ -94,6 +96,11 @@ std::vector<ForwardCase> overlap_cases() {
       // GQA with first-key smoothing: the LSE shift reads each chunk's keys (kv = q / group)
       {"d64_block32_first_key_gqa4", awkward, {}, 8, 2, 64, true, M::kBlock32, S::kFirstKey},
       {"d128_exact_window_gqa2", long_docs, {}, 8, 4, 128, true, M::kExact, S::kNone, 100},
+      // Non-causal, other key lengths: queries without keys (O = 0, LSE = -inf), keys without
+      // queries, a packed segment with a keyless member, one query over many key tiles.
+      {"d64_static_full_unequal", unequal_q, unequal_k, 8, 4, 64, false, M::kStatic, S::kNone},
+      {"d128_exact_full_unequal_vector", unequal_q, unequal_k, 4, 2, 128, false, M::kExact,
+       S::kVector},
   };
 }
 

@@ -1044,6 +1044,52 @@ TEST(QuantizeKernel, GradientTokenKernelMatchesTheGeneralOneOnNonFiniteInputs) {
   }
 }
 
+// A finite dO whose product by r = fl(1/l) overflows FP32 (numerics §3: dO'' = dO * r; a tiny l,
+// as huge values or a large static value exponent give) holds an Inf in what dO'' quantizes:
+// E4M3 has none, so the pass records it (numerics §7, as an overflow of k - k_first counts as an
+// Inf in k) instead of writing a finite wrong dO'' (±448 with exponent 0 for the whole 64-query
+// block). The general kernel's gradient instance (head dim 256, `block32`) always did; the
+// gradient token kernel (exact and static at head dims 64 and 128) looked only at dÔ's amax.
+TEST(QuantizeKernel, OverflowOfTheScaledGradientIsReportedByBothKernels) {
+  FLAMIA_REQUIRE_SM90();
+  for (const int dim : {64, 128}) {
+    SCOPED_TRACE("head dim " + std::to_string(dim));
+    const QuantizeCase c = {"scaled_overflow", {48, 300, 5, 250}, {}, 4, 2, dim, ScaleMode::kExact};
+    CaseData data(c);
+    const int tq = data.problem.total_q();
+    for (const bool overflow : {false, true}) {
+      SCOPED_TRACE(overflow ? "dO * r overflows" : "no overflow");
+      if (overflow) {
+        // Token 130 of head 1, in the 64-query block [112, 176) that straddles tiles 0 and 1:
+        // |dO| = 1.5 * 2^30 (dÔ's amax stays finite), l = 2^-100: |dO * r| = 1.5 * 2^130.
+        constexpr int kToken = 130, kHead = 1;
+        for (int d = 0; d < dim; ++d)
+          data.inputs.d_o.set(kToken, kHead, d, (d % 2 ? -1.5f : 1.5f) * std::ldexp(1.0f, 30));
+        data.stats[(size_t(kHead) * tq + kToken) * kSoftmaxStatsPerRow + 1] =
+            std::ldexp(1.0f, -100);
+      }
+      const DeviceInputs in(data, c.layout);
+      for (const bool general : {true, false}) {
+        SCOPED_TRACE(general ? "general kernel" : "gradient token kernel");
+        DeviceCopy d_o_hat(row_major_bytes(tq, c.heads_q, dim), c.heads_q, tq);
+        DeviceCopy d_o_scaled_t(token_major_bytes(tq, c.heads_q, dim), c.heads_q, tq);
+        DeviceBuffer<float> delta = poisoned_floats(size_t(c.heads_q) * tq);
+        DeviceBuffer<int32_t> status(std::vector<int32_t>{kDeviceStatusOk});
+        QuantizeBackwardArgs args = in.backward_args(data, c.mode);
+        args.out.d_o = d_o_hat.copy();
+        args.out.d_o_scaled_t = d_o_scaled_t.copy();
+        args.out.delta = delta.get();
+        args.device_status = status.get();
+        args.general_kernel_only = general;
+        FLAMIA_CUDA_OK(launch_quantize_backward(args, nullptr));
+        FLAMIA_CUDA_OK(cudaDeviceSynchronize());
+        EXPECT_EQ(status.download()[0],
+                  overflow ? kDeviceStatusInfiniteOutputGradient : kDeviceStatusOk);
+      }
+    }
+  }
+}
+
 // Nothing to do: no tokens (every document empty) launches nothing and succeeds.
 TEST(QuantizeKernel, EmptyProblem) {
   FLAMIA_REQUIRE_SM90();

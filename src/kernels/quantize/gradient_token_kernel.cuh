@@ -195,6 +195,9 @@ __global__ void __launch_bounds__(TileGeometry<kHeadDim>::kThreads,
     block.end = min(block.end, window_end);
     uint32_t bits = 0;
     for (int p = block.begin; p < block.end; ++p) bits = max(bits, s.amax[p - window_origin]);
+    // An infinite dO'' amax: an Inf in dO, or a finite dO whose product by r overflowed, which
+    // E4M3 cannot hold either (numerics §7; the general kernel reports every copy's block amax).
+    report_infinite_amax(job, bits);
     const int e = scale_exponent(__uint_as_float(bits));
     s.scaled_exponent[tid] = int8_t(e);
 #pragma unroll
