@@ -123,12 +123,15 @@ inline void mask_before_window(T* scores, int first) {
 // The forward's operands decoded for the score rows that the forward and the backward share.
 struct ScoreOperands {
   ScoreOperands(const Problem& problem, const ForwardOperandsRef& operands);
+  ScoreOperands(const ScoreOperands&) = delete;  // score_q may point into this object
+  ScoreOperands& operator=(const ScoreOperands&) = delete;
   const Problem& p;
   const ForwardOperandsRef& ops;
   std::vector<double> q, v;  // decode_head_major of ops.q, ops.v (dK's Q̂, dV's and O's V̂)
   // Q·Kᵀ's operands, decoded, and their exponents: ops.q and ops.k (ScoreFormat::kFp8), or
-  // ops.q_scores and ops.k_scores (kNvfp4).
-  std::vector<double> score_q, score_k;
+  // ops.q_scores and ops.k_scores (kNvfp4). score_q points at q (FP8) or nvfp4_q.
+  std::vector<double> nvfp4_q, score_k;
+  const std::vector<double>* score_q;
   float c;  // softmax_scale * log2(e), FP32
   int score_q_exponent(int i, int h) const;
   int score_k_exponent(int j, int g) const;

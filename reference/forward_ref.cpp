@@ -20,7 +20,8 @@ ScoreOperands::ScoreOperands(const Problem& problem, const ForwardOperandsRef& o
       v(decode_head_major(operands.v)),
       c(problem.softmax_scale * kLog2e) {
   const bool nvfp4 = problem.score_format == ScoreFormat::kNvfp4;
-  score_q = nvfp4 ? decode_head_major(operands.q_scores) : q;
+  if (nvfp4) nvfp4_q = decode_head_major(operands.q_scores);
+  score_q = nvfp4 ? &nvfp4_q : &q;
   score_k = nvfp4 ? decode_head_major(operands.k_scores) : decode_head_major(operands.k);
 }
 
@@ -46,7 +47,7 @@ void ScoreOperands::logits(int h, int i, int k_begin, int n, float* t, float* s)
   const int dim = p.head_dim;
   const int g = p.kv_head(h);
   const float row_factor = c * exp2_int(score_q_exponent(i, h));
-  const double* q_row = &score_q[(size_t(h) * p.total_q() + i) * dim];
+  const double* q_row = &(*score_q)[(size_t(h) * p.total_q() + i) * dim];
   for (int jj = 0; jj < n; ++jj) {
     const int j = k_begin + jj;
     s[jj] = float(dot_product(q_row, &score_k[(size_t(g) * p.total_k() + j) * dim], dim));

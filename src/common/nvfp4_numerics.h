@@ -17,8 +17,9 @@ constexpr uint8_t kE2M1MaxCode = 0x7;    // its code; bit 3 is the sign
 constexpr uint8_t kE2M1SignBit = 0x8;
 // The power-of-two scale above the block scales sits this many binades below the E4M3 rule's
 // exponent of the same tokens (scale_exponent: amax 2^-e in (224, 448]). With it amax 2^-e' is in
-// (896, 1792], so the largest block scale, amax 2^-e' / 6, is at most ~299: below E4M3's 448
-// (no saturation) with the fewest binades given up at the top of E4M3's range.
+// (896, 1792], so the largest block scale, amax 2^-e' / 6 rounded up to E4M3, is at most 320:
+// below E4M3's 448 (no saturation; an offset of 3 would need up to 597) with the fewest binades
+// given up at the top of E4M3's range.
 constexpr int kNvfp4ExponentOffset = 2;
 
 // E2M1 decode: codes 0..7 are 0, 0.5, 1, 1.5, 2, 3, 4, 6; bit 3 is the sign.
@@ -32,12 +33,14 @@ FLAMIA_HD float e2m1_decode(uint8_t code) {
 }
 
 // E2M1 encode, round-to-nearest-even, satfinite (|x| > 5 -> +-6): the midpoints between
-// neighbouring values compared exactly, ties to the even code. A NaN encodes as 0: callers flag
-// non-finite inputs themselves (E2M1 has no NaN).
+// neighbouring values compared exactly, ties to the even code; NaN -> +6 (E2M1 has no NaN), as
+// cvt.rn.satfinite.e2m1x2.f32 does (CUDA's cuda_fp4.hpp emulation), so the bits match the
+// device's for every input. Callers flag non-finite inputs themselves (numerics §9).
 FLAMIA_HD uint8_t e2m1_encode(float x) {
+  if (x != x) return kE2M1MaxCode;
   const float a = fabsf(x);
   uint8_t code;
-  if (!(a > 0.25f))  // also NaN
+  if (a <= 0.25f)
     code = 0;
   else if (a < 0.75f)
     code = 1;
@@ -76,7 +79,8 @@ FLAMIA_HD uint8_t nvfp4_block_scale_code(float scaled_amax) {
 }
 
 // One element: E2M1 of fl32(x 2^-e' * fl32(1 / s)), the product a kernel forms (the reciprocal
-// rounded once, IEEE); 0 in a block whose scale is 0 (every element of it is 0).
+// rounded once, IEEE); code 0 in a block whose scale is 0 (every element of it is 0, or -0; a
+// kernel must select it: x * fl(1/0) would be NaN or Inf).
 FLAMIA_HD uint8_t nvfp4_element_code(float x, int exponent, uint8_t scale_code) {
   const float scale = e4m3_decode(scale_code);
   if (scale == 0.0f) return 0;

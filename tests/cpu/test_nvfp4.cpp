@@ -3,15 +3,19 @@
 // inputs both formats hold exactly (bit-equal outputs), causality, and non-finite inputs.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <stdexcept>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "common/nvfp4_numerics.h"
 #include "reference/api_problem.h"
+#include "reference/attention_internal.h"
 #include "reference/attention_ref.h"
 #include "reference/audit.h"
 
@@ -19,10 +23,18 @@ namespace flamia {
 namespace {
 
 constexpr int kE2M1Codes = 16;
+
+// A fresh seed per run, in the failure messages of the test that draws it.
+uint32_t fresh_seed() {
+  const uint32_t seed = std::random_device{}();
+  ::testing::Test::RecordProperty("seed", std::to_string(seed));
+  return seed;
+}
 constexpr float kE2M1Values[] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
 
 // Nearest E2M1 magnitude by exhaustive search, ties to the even code, satfinite.
 uint8_t oracle_e2m1(float x) {
+  if (std::isnan(x)) return kE2M1MaxCode;  // cuda_fp4.hpp: NaN converts to +MAXNORM
   const double a = std::fabs(double(x));
   if (std::isinf(a)) return std::signbit(x) ? uint8_t(kE2M1MaxCode | kE2M1SignBit) : kE2M1MaxCode;
   uint8_t best = 0;
@@ -54,8 +66,11 @@ TEST(Nvfp4, E2M1EncodeMatchesTheOracle) {
     }
   for (float big : {6.0f, 7.0f, 1e6f, std::numeric_limits<float>::infinity()})
     for (float sign : {1.0f, -1.0f}) xs.push_back(sign * big);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (float special : {0.0f, -0.0f, nan, -nan}) xs.push_back(special);
   for (float x : xs) EXPECT_EQ(e2m1_encode(x), oracle_e2m1(x)) << x;
-  EXPECT_EQ(e2m1_encode(std::numeric_limits<float>::quiet_NaN()) & kE2M1MaxCode, 0);
+  EXPECT_EQ(e2m1_encode(-0.0f), kE2M1SignBit);  // -0 keeps its sign, as the device's cvt
+  EXPECT_EQ(e2m1_encode(-nan), kE2M1MaxCode);   // every NaN: +6
 }
 
 // The smallest E4M3 s with 6 s >= a: checked on every code's boundary and on random a.
@@ -69,7 +84,9 @@ TEST(Nvfp4, BlockScaleIsTheSmallestThatAvoidsSaturation) {
     EXPECT_EQ(nvfp4_block_scale_code(std::nextafter(boundary, INFINITY)), code + 1);
     EXPECT_EQ(nvfp4_block_scale_code(std::nextafter(boundary, 0.0f)), code);
   }
-  std::mt19937 rng(std::random_device{}());
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
   std::uniform_real_distribution<float> log2_a(-20.0f, 11.3f);  // below 6 * 448 = 2^11.39
   for (int n = 0; n < 20000; ++n) {
     const float a = std::exp2(log2_a(rng));
@@ -101,7 +118,9 @@ ref::HostTensor random_tensor(int tokens, int heads, int dim, std::mt19937& rng)
 // Every element within half an E2M1 step of its scaled value, none saturated, the exponent the
 // E4M3 rule's minus 2, and each block scale the smallest that holds the block.
 TEST(Nvfp4, QuantizedTensorIsWithinHalfAStep) {
-  std::mt19937 rng(std::random_device{}());
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
   const int tokens = 37, heads = 3, dim = 128;
   const ref::HostTensor x = random_tensor(tokens, heads, dim, rng);
   const ref::ElementSource source = [&](int t, int h, int d) { return x.at(t, h, d); };
@@ -145,9 +164,10 @@ TEST(Nvfp4, QuantizedTensorIsWithinHalfAStep) {
 // Inputs both formats hold exactly: every 16-element block is {0, ±0.5, ..., ±6} 2^k with a
 // largest magnitude 6 2^k, and the token's largest block at 6 2^k0 with its others within E4M3's
 // range of it. Then Q̃ = Q̂ as values, S is the same number, and every output is bit-equal.
-ref::HostTensor representable_tensor(int tokens, int heads, int dim, std::mt19937& rng) {
+ref::HostTensor representable_tensor(int tokens, int heads, int dim, std::mt19937& rng,
+                                     int largest_binade = 3) {
   ref::HostTensor x(tokens, heads, dim);
-  std::uniform_int_distribution<int> code(0, 15), shift(0, 6), token_binade(-3, 3);
+  std::uniform_int_distribution<int> code(0, 15), shift(0, 6), token_binade(-3, largest_binade);
   for (int t = 0; t < tokens; ++t)
     for (int h = 0; h < heads; ++h) {
       const int k0 = token_binade(rng);
@@ -163,12 +183,16 @@ ref::HostTensor representable_tensor(int tokens, int heads, int dim, std::mt1993
 }
 
 TEST(Nvfp4, ScoresOfRepresentableInputsMatchFp8BitForBit) {
-  std::mt19937 rng(std::random_device{}());
-  for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kBlock32}) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kBlock32, ScaleMode::kStatic}) {
     ref::Problem p = ref::make_problem({1, 17, 113, 0, 70}, 4, 2, 64, true, mode);
     ref::Inputs in = ref::make_inputs(p, {rng()});
     in.q = representable_tensor(p.total_q(), p.heads_q, p.head_dim, rng);
-    in.k = representable_tensor(p.total_k(), p.heads_kv, p.head_dim, rng);
+    // static: K within 448 * 2^ek (kDefaultStaticExponent -5: |k| <= 6), FP8 saturates beyond
+    const int largest_k_binade = mode == ScaleMode::kStatic ? 0 : 3;
+    in.k = representable_tensor(p.total_k(), p.heads_kv, p.head_dim, rng, largest_k_binade);
     const ref::ForwardResult f8 = ref::forward(p, in);
     const ref::BackwardResult g8 = ref::backward(p, in, f8.o_bf16, f8.softmax_stats);
     p.score_format = ref::ScoreFormat::kNvfp4;
@@ -186,7 +210,9 @@ TEST(Nvfp4, ScoresOfRepresentableInputsMatchFp8BitForBit) {
 // bounds measured on N(0, 1) data (`flamia formats`: O 0.12 against FP8's 0.045).
 TEST(Nvfp4, GeneralInputsCostAccuracyWithinBounds) {
   ref::Problem p = ref::make_problem({1, 17, 113, 300}, 4, 2, 128);
-  const ref::Inputs in = ref::make_inputs(p, {std::random_device{}()});
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const ref::Inputs in = ref::make_inputs(p, {seed});
   const ref::Float64Result exact = ref::float64_attention(p, in, true);
   const ref::ForwardResult f8 = ref::forward(p, in);
   p.score_format = ref::ScoreFormat::kNvfp4;
@@ -199,6 +225,77 @@ TEST(Nvfp4, GeneralInputsCostAccuracyWithinBounds) {
   EXPECT_LT(ref::rel_l2(g4.dq, exact.dq), 0.25);
   EXPECT_LT(ref::rel_l2(g4.dk, exact.dk), 0.25);
   EXPECT_LT(ref::rel_l2(g4.dv, exact.dv), 0.2);
+}
+
+// The backward recomputes the forward's NVFP4 S (matched numerics, numerics §5 and §9): then dS
+// rows sum to ~0 as in FP8 (D comes from O). A backward that recomputed S from other operands
+// than the forward's leaves rows off by ~0.2 (a review's mutant: FP8 S in the backward).
+TEST(Nvfp4, BackwardRecomputesTheForwardsScores) {
+  ref::Problem p = ref::make_problem({17, 113, 300}, 2, 1, 64);
+  p.score_format = ref::ScoreFormat::kNvfp4;
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const ref::Inputs in = ref::make_inputs(p, {seed});
+  const ref::ForwardResult f = ref::forward(p, in);
+  double worst = 0.0;
+  for (int h = 0; h < p.heads_q; ++h)
+    for (int doc = 0; doc < p.batch(); ++doc) {
+      const int n = p.cu_seqlens_q[doc + 1] - p.cu_seqlens_q[doc];
+      const std::vector<float> ds = ref::internal::score_gradient(p, in, f.o_bf16, f.softmax_stats,
+                                                                  BackwardPrecision::kFp8, h, doc);
+      for (int i = 0; i < n; ++i) {
+        double sum = 0.0, magnitude = 0.0;
+        for (int j = 0; j < n; ++j) {
+          sum += ds[size_t(i) * n + j];
+          magnitude += std::fabs(ds[size_t(i) * n + j]);
+        }
+        if (magnitude > 0.0) worst = std::max(worst, std::fabs(sum) / magnitude);
+      }
+    }
+  EXPECT_LT(worst, 0.05);  // measured ~0.013 (FP8 scores: ~0.006)
+}
+
+// Operand-level causality of e' and the block scales: changing later tokens of a document, or
+// other documents, by 2^+-20 or a redraw leaves every earlier token's NVFP4 codes, block scales
+// and e' bitwise unchanged (exact, static; block32: other documents). The output audit cannot
+// see a leaking e' while the block scales stay normal (the values do not change).
+TEST(Nvfp4, ScalesOfEarlierTokensIgnoreLaterTokensAndOtherDocuments) {
+  const uint32_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  const std::vector<int> docs = {40, 77, 130};
+  for (ScaleMode mode : {ScaleMode::kExact, ScaleMode::kStatic, ScaleMode::kBlock32}) {
+    ref::Problem p = ref::make_problem(docs, 4, 2, 64, true, mode);
+    p.score_format = ref::ScoreFormat::kNvfp4;
+    const ref::Inputs base = ref::make_inputs(p, {rng()});
+    const ref::ForwardOperandsRef ops = ref::quantize_forward_operands(p, base);
+    const int doc = 1, begin = p.cu_seqlens_q[doc];
+    // block32 shares a block with later tokens of the document (numerics §2): only the rows
+    // before the perturbed ones' block count there.
+    const int split = mode == ScaleMode::kBlock32 ? begin + 32 : begin + 33;
+    for (float factor : {0x1p20f, 0x1p-20f, 0.0f}) {
+      ref::Inputs in = base;
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      for (ref::HostTensor* x : {&in.q, &in.k})
+        for (int t = 0; t < x->tokens; ++t) {
+          if (t >= begin && t < split) continue;
+          for (int h = 0; h < x->heads; ++h)
+            for (int d = 0; d < x->dim; ++d)
+              x->set(t, h, d, factor == 0.0f ? normal(rng) : x->at(t, h, d) * factor);
+        }
+      const ref::ForwardOperandsRef moved = ref::quantize_forward_operands(p, in);
+      for (const auto& [a, b] :
+           {std::pair{&ops.q_scores, &moved.q_scores}, std::pair{&ops.k_scores, &moved.k_scores}})
+        for (int t = begin; t < split; ++t)
+          for (int h = 0; h < a->heads; ++h) {
+            ASSERT_EQ(a->exponent(t, h), b->exponent(t, h)) << t << " " << h;
+            for (int d = 0; d < a->dim; ++d) {
+              ASSERT_EQ(a->codes[a->element(t, h, d)], b->codes[b->element(t, h, d)]) << t;
+              ASSERT_EQ(a->block_scale(t, h, d), b->block_scale(t, h, d)) << t;
+            }
+          }
+    }
+  }
 }
 
 TEST(Nvfp4, ExactAndBlock32StayCausal) {
