@@ -228,8 +228,9 @@ TEST(Nvfp4, GeneralInputsCostAccuracyWithinBounds) {
 }
 
 // The backward recomputes the forward's NVFP4 S (matched numerics, numerics §5 and §9): then dS
-// rows sum to ~0 as in FP8 (D comes from O). A backward that recomputed S from other operands
-// than the forward's leaves rows off by ~0.2 (a review's mutant: FP8 S in the backward).
+// rows sum to ~0 as in FP8 (D comes from O), measured as sum_rows |sum_j dS_ij| over
+// sum_rows sum_j |dS_ij|. A backward that recomputed S from other operands than the forward's
+// leaves the rows off (a review's mutant: FP8 S in the backward).
 TEST(Nvfp4, BackwardRecomputesTheForwardsScores) {
   ref::Problem p = ref::make_problem({17, 113, 300}, 2, 1, 64);
   p.score_format = ref::ScoreFormat::kNvfp4;
@@ -237,22 +238,23 @@ TEST(Nvfp4, BackwardRecomputesTheForwardsScores) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   const ref::Inputs in = ref::make_inputs(p, {seed});
   const ref::ForwardResult f = ref::forward(p, in);
-  double worst = 0.0;
+  double residual = 0.0, magnitude = 0.0;
   for (int h = 0; h < p.heads_q; ++h)
     for (int doc = 0; doc < p.batch(); ++doc) {
       const int n = p.cu_seqlens_q[doc + 1] - p.cu_seqlens_q[doc];
       const std::vector<float> ds = ref::internal::score_gradient(p, in, f.o_bf16, f.softmax_stats,
                                                                   BackwardPrecision::kFp8, h, doc);
       for (int i = 0; i < n; ++i) {
-        double sum = 0.0, magnitude = 0.0;
+        double sum = 0.0;
         for (int j = 0; j < n; ++j) {
           sum += ds[size_t(i) * n + j];
           magnitude += std::fabs(ds[size_t(i) * n + j]);
         }
-        if (magnitude > 0.0) worst = std::max(worst, std::fabs(sum) / magnitude);
+        residual += std::fabs(sum);
       }
     }
-  EXPECT_LT(worst, 0.05);  // measured ~0.013 (FP8 scores: ~0.006)
+  // measured 3.1-3.8e-4 over 40 seeds; the mutant 0.025-0.029
+  EXPECT_LT(residual / magnitude, 0.005);
 }
 
 // Operand-level causality of e' and the block scales: changing later tokens of a document, or
