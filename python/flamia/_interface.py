@@ -88,8 +88,11 @@ def attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor,
         smoothing_vector = _rotation.rotate_key_vector(smoothing_vector, rotation)
     exponents = spec.static_exponents
     history = _static_history(static_exponents) if spec.scale_mode == "static" else None
-    # activation checkpointing's recomputed forward runs inside the backward's graph task
-    recomputing = history is not None and torch._C._current_graph_task_id() != -1
+    # activation checkpointing's recomputed forward runs inside the backward's graph task (in
+    # eager mode: a compiled graph's recomputation replays no Python, and dynamo cannot trace
+    # the engine query)
+    recomputing = (history is not None and not torch.compiler.is_compiling()
+                   and torch._C._current_graph_task_id() != -1)
     if history is not None:  # the keys as the kernels quantize them: rotated, minus m
         exponents = history._forward_exponents(
             lambda: _static_scaling.keys_as_quantized(k, cu_seqlens_k, spec.key_smoothing,

@@ -233,6 +233,16 @@ def _kv_amax_output(k: Tensor, wanted: bool) -> Tensor:
     return torch.empty(shape, dtype=torch.float32, device=k.device)
 
 
+def _keys_values_amax(k: Tensor, v: Tensor, cu_seqlens_k: Tensor, key_smoothing: str,
+                      key_smoothing_vector: Optional[Tensor]) -> Tensor:
+    """kv_amax as the library's quantize pass measures it (max |k - m| and max |v| per KV head,
+    NaNs ignored), in torch: for a forward without queries, which runs no quantize pass."""
+    from ._static_scaling import keys_as_quantized  # (it imports this package's modules)
+    keys = keys_as_quantized(k, cu_seqlens_k, key_smoothing, key_smoothing_vector)
+    return torch.stack([t.detach().float().abs().nan_to_num(nan=0.0, posinf=math.inf)
+                        .amax(dim=(0, 2)) for t in (keys, v)])
+
+
 def _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                  softmax_scale, causal, scale_mode, key_smoothing, key_smoothing_vector,
                  backward_description: str, saved: Optional[Tensor] = None,
@@ -247,7 +257,10 @@ def _run_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
         stats.zero_()
         amax.zero_()
         return out, lse, stats, amax
-    if q.shape[0] == 0 and not kv_amax:  # (the keys' amax needs the quantize pass)
+    if q.shape[0] == 0:  # nothing to attend; the library refuses kv_amax without queries
+        if kv_amax:
+            amax.copy_(_keys_values_amax(k, v, cu_seqlens_k, key_smoothing,
+                                         key_smoothing_vector))
         return out, lse, stats, amax
     lib = _capi.library()
     with torch.cuda.device(q.device):

@@ -34,19 +34,26 @@ _PATTERN_BITS = 64
 _cache: dict[tuple, Tensor] = {}
 
 
-def sylvester_hadamard(dim: int) -> Tensor:
-    """H_dim with entries ±1 (float64), H_dim H_dimᵀ = dim I; dim a power of two."""
+def sylvester_hadamard(dim: int, device=None) -> Tensor:
+    """H_dim with entries ±1 (float64) on `device`, H_dim H_dimᵀ = dim I; dim a power of two."""
     if dim < 1 or dim & (dim - 1):
         raise ValueError(f"qk_rotation='hadamard' needs a power-of-two head_dim, got {dim}")
-    h = torch.ones(1, 1, dtype=torch.float64)
+    h = torch.ones(1, 1, dtype=torch.float64, device=device)
     while h.shape[0] < dim:
         h = torch.cat((torch.cat((h, h), 1), torch.cat((h, -h), 1)), 0)
     return h
 
 
-def rotation_signs(dim: int) -> Tensor:
-    bits = [(_SIGN_PATTERN >> (d % _PATTERN_BITS)) & 1 for d in range(dim)]
-    return torch.tensor([-1.0 if b else 1.0 for b in bits], dtype=torch.float64)
+def rotation_signs(dim: int, device=None) -> Tensor:
+    """±1 (float64) on `device`: -1 where bit d % 64 of the pattern is set. Built with device
+    ops from the pattern's two 32-bit halves (no host tensor, so a compiled graph holds no CPU
+    op or copy to the device)."""
+    d = torch.arange(dim, dtype=torch.int64, device=device) % _PATTERN_BITS
+    half_bits = _PATTERN_BITS // 2
+    low, high = _SIGN_PATTERN & 0xFFFFFFFF, _SIGN_PATTERN >> half_bits
+    word = torch.where(d >= half_bits, high, low)
+    bits = torch.bitwise_and(torch.bitwise_right_shift(word, d % half_bits), 1)
+    return (1 - 2 * bits).to(torch.float64)
 
 
 def operand_scales(dim: int) -> tuple[float, float]:
@@ -58,15 +65,16 @@ def operand_scales(dim: int) -> tuple[float, float]:
 def rotation_matrices(dim: int, dtype: torch.dtype, device,
                       cacheable: bool = True) -> tuple[Tensor, Tensor]:
     """(R_q, R_k) in `dtype` on `device`: diag(signs) H_dim times q's / k's power-of-two factor,
-    so that R_q R_kᵀ = I exactly. Real tensors are cached per (dim, dtype, device): no copy to
-    the device after the first call, so a CUDA graph can capture the rotation; fake and meta
-    ones (tracing) are built each time and never mixed with the cached real ones."""
+    so that R_q R_kᵀ = I exactly. Real tensors are cached per (dim, dtype, device): built once,
+    so a CUDA graph can capture the rotation; fake and meta ones (tracing) are built each time,
+    with device ops only (a compiled graph rebuilds them in a few small kernels, no host op),
+    and never mixed with the cached real ones."""
     key = (dim, dtype, str(device))
     pair = _cache.get(key) if cacheable else None
     if pair is None:
-        signed = rotation_signs(dim)[:, None] * sylvester_hadamard(dim)
+        signed = rotation_signs(dim, device)[:, None] * sylvester_hadamard(dim, device)
         q_factor, k_factor = operand_scales(dim)
-        pair = torch.stack((signed * q_factor, signed * k_factor)).to(dtype=dtype, device=device)
+        pair = torch.stack((signed * q_factor, signed * k_factor)).to(dtype=dtype)
         if cacheable:
             _cache[key] = pair
     return pair[0], pair[1]

@@ -58,7 +58,12 @@ class StaticScaleHistory:
         self.margin = _check_count("margin", margin, 0)
         self.history = _check_count("history", history, 1)
         self.count_saturated = count_saturated
-        self._amax: list[Tensor] = []  # (2, heads_kv) of the recorded calls, oldest first
+        # (history, 2, heads_kv) FP32: the recorded calls' amax, newest last, zeros before the
+        # first (an amax is >= 0, so they bound nothing); None until a call records. A tensor of
+        # fixed shape, not a growing list: torch.compile guards on neither its length nor a
+        # counter, so the calls after the second compile nothing new.
+        self._window: Tensor | None = None
+        self._recorded: Tensor | None = None  # int64 count of recorded calls (on the device)
         self._last_exponents: Tensor | None = None  # of the last recording call
         self.saturated_heads: Tensor | None = None
         self.saturated: Tensor | None = None  # with count_saturated
@@ -73,7 +78,7 @@ class StaticScaleHistory:
         if not isinstance(v, Tensor) or v.dim() != 3:
             raise ValueError("v must be a (tokens, heads_kv, head_dim) tensor")
         self._check_heads(v.shape[1])
-        if callable(keys) and (not self._amax or self.count_saturated):
+        if callable(keys) and (self._window is None or self.count_saturated):
             keys = keys()
         e = self._bound_exponents(lambda: key_value_amax(keys, v))
         if self.count_saturated:
@@ -87,19 +92,31 @@ class StaticScaleHistory:
         self._record(amax, e)
 
     def _check_heads(self, heads_kv: int) -> None:
-        if self._amax and self._amax[0].shape[1] != heads_kv:
+        if self._window is not None and self._window.shape[2] != heads_kv:
             raise ValueError(f"k and v have {heads_kv} KV heads; the recorded calls had "
-                             f"{self._amax[0].shape[1]}")
+                             f"{self._window.shape[2]}")
 
     def _bound_exponents(self, first_amax) -> Tensor:
         """The exponents of the recorded calls' amax; first_amax() when none is recorded."""
-        bound = torch.stack(self._amax).amax(dim=0) if self._amax else first_amax()
+        bound = self._window.amax(dim=0) if self._window is not None else first_amax()
         return static_exponents(bound[0], bound[1], margin=self.margin)
 
     def _record(self, amax: Tensor, e: Tensor) -> None:
-        self._amax.append(amax)
-        del self._amax[:-self.history]
+        amax = amax.detach().float()
+        if self._window is None:
+            self._window = amax.new_zeros((self.history,) + tuple(amax.shape))
+            self._recorded = torch.zeros((), dtype=torch.int64, device=amax.device)
+        self._window = torch.cat([self._window[1:], amax[None]])
+        self._recorded = self._recorded + 1
         self._last_exponents = e
+
+    def recorded_amax(self) -> list[Tensor]:
+        """The recorded calls' (2, heads_kv) amax still in the window, oldest first (reads the
+        count: synchronises; for tests and inspection)."""
+        if self._window is None:
+            return []
+        kept = min(int(self._recorded), self.history)
+        return list(self._window[self.history - kept:].unbind(0))
 
     @staticmethod
     def _limit(e: Tensor) -> Tensor:

@@ -418,3 +418,40 @@ def test_real_library_accepts_our_arguments_up_to_the_device(real_library):
     with pytest.raises(flamia.FlamiaError, match="head_dim 256"):
         _ops.workspace_bytes(args)
     del workspace, bworkspace, sworkspace, sbworkspace
+
+
+def _keys_as_quantized_amax(k, v, cu_k, key_smoothing, vector):
+    keys = k.float()
+    if key_smoothing == "vector":
+        keys = keys - vector[None]
+    elif key_smoothing == "first_key":
+        starts = cu_k[:-1].long()
+        lengths = (cu_k[1:] - cu_k[:-1]).long()
+        keys = keys - keys[torch.repeat_interleave(starts, lengths)]
+    return torch.stack([keys.abs().amax(dim=(0, 2)), v.float().abs().amax(dim=(0, 2))])
+
+
+@pytest.mark.parametrize("key_smoothing", ["none", "first_key", "vector"])
+@pytest.mark.parametrize("max_seqlen_q", [0, 1])
+def test_forward_without_queries_gives_kv_amax_without_the_library(stub, monkeypatch,
+                                                                  key_smoothing, max_seqlen_q):
+    """kv_amax (a StaticScaleHistory's recording) of a forward with keys but no queries (cross
+    attention with total_q = 0): the library refuses it (UNSUPPORTED: it runs no quantize pass
+    without queries; INVALID_ARGUMENT for max_seqlen_q = 0, which the bindings accept), so the
+    bindings must not call it and give the keys' and values' amax themselves."""
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(_ops, "_stream", lambda device: ctypes.c_void_p(STREAM))
+    q = torch.randn(0, 4, 64, dtype=torch.bfloat16)
+    k = torch.randn(40, 2, 64, dtype=torch.bfloat16) * 3
+    v = torch.randn(40, 2, 64, dtype=torch.bfloat16)
+    cu_q = torch.tensor([0, 0, 0], dtype=torch.int32)
+    cu_k = torch.tensor([0, 17, 40], dtype=torch.int32)
+    vector = torch.randn(2, 64) if key_smoothing == "vector" else None
+    exponents = torch.zeros(2, 2, dtype=torch.int8)
+    out, lse, stats, amax = _ops._run_forward(
+        q, k, v, cu_q, cu_k, max_seqlen_q, 23, 0.125, False, "static", key_smoothing, vector,
+        "fp8", static_exponents=exponents, kv_amax=True)
+    assert out.shape == (0, 4, 64) and lse.shape == (4, 0) and stats.shape == (4, 0, 2)
+    assert amax.shape == (2, 2) and amax.dtype == torch.float32
+    expected = _keys_as_quantized_amax(k, v, cu_k, key_smoothing, vector)
+    torch.testing.assert_close(amax, expected, rtol=0, atol=0)

@@ -64,8 +64,7 @@ def test_fake_static_scale_history(key_smoothing, requires_grad):
                                           scale_mode="static", static_exponents=scales,
                                           key_smoothing=smoothing)
             assert out.shape == q.shape
-            assert len(scales._amax) == min(step + 1, 2)
-            assert scales._amax[-1].shape == (2, 2) and scales._amax[-1].dtype == torch.float32
+            assert scales._window.shape == (2, 2, 2) and scales._window.dtype == torch.float32
             assert scales._last_exponents.shape == (2, 2)
             assert scales._last_exponents.dtype == torch.int8
             assert scales.saturated_heads.shape == (2, 2)
@@ -190,3 +189,293 @@ def test_compile_rejects_bad_arguments_while_tracing():
 
     with pytest.raises(Exception, match="dropout_p=0.1 is not supported"):
         torch.compile(bad, fullgraph=True, backend="aot_eager")(q, k, v, cu)
+
+
+@pytest.mark.parametrize("requires_grad", [False, True])
+def test_compile_fullgraph_with_a_static_scale_history(requires_grad):
+    """static_exponents=StaticScaleHistory under torch.compile(fullgraph=True): no graph break
+    (the activation-checkpointing test must not call into autograd's engine while tracing), the
+    forward's amax recorded at every call, forward and backward traced; more calls than dynamo's
+    recompile limit (8) with the default history of 16: the recorded amax live in a tensor of
+    fixed shape, so no call after the second compiles anything."""
+    torch._dynamo.reset()
+    scales = flamia.StaticScaleHistory(margin=1)
+
+    def layer(q, k, v, cu):
+        return flamia.attn_varlen_func(q, k, v, cu, cu, 113, 113, causal=True,
+                                       scale_mode="static", static_exponents=scales)
+
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    for step in range(12):
+        q, k, v, cu = make_inputs("meta", requires_grad=requires_grad)
+        out = compiled(q, k, v, cu)
+        assert out.shape == q.shape
+        assert scales._window.shape == (16, 2, 2) and scales._window.dtype == torch.float32
+        assert scales._last_exponents.shape == (2, 2)
+        if requires_grad:
+            out.float().sum().backward()
+            assert q.grad.shape == q.shape and k.grad.shape == k.shape
+
+
+# ---- the real implementations on the CPU, against their fake ones --------------------------------
+#
+# The ops' real bodies (allocation of outputs and workspace, the empty-input paths, dO's layout,
+# the autograd formulas) run on CPU tensors: the stub library stands in for libflamia.so, with
+# flamia_forward / flamia_backward replaced by a "device" that fills every output the C API
+# names with a constant pattern (so eager and compiled runs compare equal), torch's CUDA stream
+# and device calls by no-ops, and the ops get a CPU kernel that is their CUDA one.
+
+import contextlib  # noqa: E402
+import ctypes  # noqa: E402
+import itertools  # noqa: E402
+import os  # noqa: E402
+
+from torch._subclasses.fake_tensor import is_fake  # noqa: E402
+
+from flamia import _capi, _checks, _ops  # noqa: E402
+
+_OPS = (_ops.fwd, _ops.fwd_saving, _ops.bwd, _ops.bwd_saved)
+_cpu_kernels_enabled = False
+_FILL_BF16 = 0x3C  # bytes of 0x3C3C: BF16 0.0115, finite
+_FILL_FP32 = 0x3F  # 0x3F3F3F3F: FP32 0.748
+
+
+def _cpu_kernel(op):
+    def kernel(*args, **kwargs):
+        if not _cpu_kernels_enabled:
+            raise NotImplementedError(f"{op._qualname}: no CPU kernel outside cpu_kernels")
+        return op._init_fn(*args, **kwargs)
+    return kernel
+
+
+def _fill(address, nbytes, byte):
+    if nbytes:
+        assert address, "an output the library would write is NULL"
+        ctypes.memset(address, byte, nbytes)
+
+
+def _aligned_saved_buffer(original):
+    """CPU allocations are 64-byte aligned, the saved-operands buffer must be 256 (torch's CUDA
+    allocations are 512): a 256-byte aligned view of the right size (storage offset aside)."""
+    def make(q, k):
+        buffer = original(q, k)
+        if q.device.type != "cpu" or is_fake(q):
+            return buffer
+        align = _capi.WORKSPACE_ALIGNMENT
+        backing = torch.empty(buffer.numel() + align, dtype=torch.uint8)
+        start = (-backing.data_ptr()) % align
+        return backing[start:start + buffer.numel()]
+    return make
+
+
+@pytest.fixture
+def cpu_kernels(stub_library, monkeypatch):
+    global _cpu_kernels_enabled
+    monkeypatch.setenv(_capi.LIBRARY_ENV, str(stub_library))
+    monkeypatch.delenv(_ops.KEEP_OPERANDS_ENV, raising=False)
+    monkeypatch.delenv(_ops.QUANTIZE_ENV, raising=False)
+    _capi._reset_for_tests()
+    lib = _capi.library()
+    calls = []
+
+    def forward(ref):
+        a, p = ref._obj, ref._obj.problem
+        calls.append(("forward", p.total_q, p.total_k, bool(a.saved_operands)))
+        _fill(a.o.data, p.total_q * p.heads_q * p.head_dim * 2, _FILL_BF16)
+        _fill(a.lse, p.heads_q * p.total_q * 4, _FILL_FP32)
+        _fill(a.softmax_stats, p.heads_q * p.total_q * 8, _FILL_FP32)
+        if a.kv_amax:
+            _fill(a.kv_amax, 2 * p.heads_kv * 4, _FILL_FP32)
+        if a.saved_operands:
+            _fill(a.saved_operands, a.saved_operands_bytes, 1)
+        return _capi.Status.OK
+
+    def backward(ref):
+        a, p = ref._obj, ref._obj.problem
+        calls.append(("backward", p.total_q, p.total_k, bool(a.saved_operands)))
+        assert bool(a.saved_operands) != bool(a.q.data), "q read, or saved operands, not both"
+        _fill(a.dq.data, p.total_q * p.heads_q * p.head_dim * 2, _FILL_BF16)
+        for grad in (a.dk, a.dv):
+            _fill(grad.data, p.total_k * p.heads_kv * p.head_dim * 2, _FILL_BF16)
+        return _capi.Status.OK
+
+    lib.flamia_forward = forward
+    lib.flamia_backward = backward
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(_ops, "_stream", lambda device: 0)
+    monkeypatch.setattr(_ops, "_saved_buffer", _aligned_saved_buffer(_ops._saved_buffer))
+    monkeypatch.setattr(_checks, "ACCEPTED_DEVICE_TYPES", ("cuda", "meta", "cpu"))
+    for op in _OPS:
+        if "cpu" not in op._backend_fns:
+            op.register_kernel("cpu")(_cpu_kernel(op))
+    _cpu_kernels_enabled = True
+    try:
+        yield calls
+    finally:
+        _cpu_kernels_enabled = False
+        _capi._reset_for_tests()
+
+
+def _metadata(t):
+    return tuple(t.shape), t.dtype, t.stride(), t.device.type
+
+
+def _packed(t):
+    """t's values as a slice of a packed (tokens, 3, heads, dim) projection."""
+    packed = torch.randn(t.shape[0], 3, *t.shape[1:], dtype=t.dtype)
+    packed[:, 1] = t
+    return packed[:, 1]
+
+
+OPTIONS = [  # scale_mode, key_smoothing, vector, precision, deterministic, window, exponents, amax
+    ("exact", "none", False, "fp8", False, 0, False, False),
+    ("block32", "first_key", False, "fp8-bf16grad", True, 5, False, True),
+    ("static", "vector", True, "fp8", False, 0, True, True),
+]
+
+
+def _op_arguments(heads_q, heads_kv, head_dim, total_q, total_k, options, packed):
+    scale_mode, smoothing, vector, precision, deterministic, window, exponents, amax = options
+    q = torch.randn(total_q, heads_q, head_dim, dtype=BF16)
+    k = torch.randn(total_k, heads_kv, head_dim, dtype=BF16)
+    v = torch.randn(total_k, heads_kv, head_dim, dtype=BF16)
+    if packed:
+        q, k, v = _packed(q), _packed(k), _packed(v)
+    cu_q = torch.tensor([0, total_q // 2, total_q], dtype=torch.int32)
+    cu_k = torch.tensor([0, total_k // 2, total_k], dtype=torch.int32)
+    vector = torch.randn(heads_kv, head_dim) if vector else None
+    exponents = torch.zeros(2, heads_kv, dtype=torch.int8) if exponents else None
+    return (q, k, v, cu_q, cu_k, max(total_q, 1), max(total_k, 1), 0.125, total_q == total_k,
+            scale_mode, smoothing, vector, precision, deterministic, window, exponents, amax)
+
+
+def _backward_arguments(forward_args, out, lse, stats, saved, dout):
+    (q, k, v, cu_q, cu_k, max_q, max_k, scale, causal, scale_mode, smoothing, vector, precision,
+     deterministic, window, exponents, _) = forward_args
+    rest = (max_q, max_k, scale, causal, scale_mode, smoothing, vector)
+    return ((dout, q, k, v, out, lse, stats, cu_q, cu_k) + rest +
+            (precision, deterministic, window, exponents),
+            (dout, saved, out, lse, stats, cu_q, cu_k, k.shape[0], k.shape[1]) + rest +
+            (deterministic, window, exponents))
+
+
+def _all_ops(forward_args, dout_of):
+    fwd = torch.ops.flamia.fwd(*forward_args)
+    saving_args = forward_args[:12] + forward_args[13:]
+    saving = torch.ops.flamia.fwd_saving(*saving_args)
+    bwd_args, saved_args = _backward_arguments(forward_args, *saving[:4], dout_of(fwd[0]))
+    return fwd, saving, torch.ops.flamia.bwd(*bwd_args), torch.ops.flamia.bwd_saved(*saved_args)
+
+
+@pytest.mark.parametrize("heads_q, heads_kv, head_dim", [(8, 2, 128), (4, 4, 64), (3, 1, 64)])
+@pytest.mark.parametrize("total_q, total_k", [(150, 150), (1, 1), (0, 0), (0, 40), (40, 0),
+                                              (17, 113)])
+def test_real_outputs_have_the_fake_outputs_metadata(cpu_kernels, heads_q, heads_kv, head_dim,
+                                                     total_q, total_k):
+    """Every output of every op, for every option and for empty inputs: the real
+    implementation's shape, dtype, strides and device are the fake implementation's (what
+    torch.compile planned with), with contiguous and with packed (strided) q, k, v and dO."""
+    for options, packed in itertools.product(OPTIONS, (False, True)):
+        args = _op_arguments(heads_q, heads_kv, head_dim, total_q, total_k, options, packed)
+        dout_of = (lambda out: _packed(torch.randn_like(out))) if packed else torch.randn_like
+        real = _all_ops(args, dout_of)
+        with FakeTensorMode() as mode:
+            fake_args = tuple(mode.from_tensor(a) if isinstance(a, torch.Tensor) else a
+                              for a in args)
+            fake = _all_ops(fake_args, torch.empty_like)
+        for name, real_outputs, fake_outputs in zip(("fwd", "fwd_saving", "bwd", "bwd_saved"),
+                                                    real, fake):
+            assert len(real_outputs) == len(fake_outputs)
+            for i, (r, f) in enumerate(zip(real_outputs, fake_outputs)):
+                assert _metadata(r) == _metadata(f), (name, i, options, packed)
+                assert not torch.isnan(r.float()).any(), (name, i, options, packed)
+    assert all(call[1] > 0 for call in cpu_kernels), "the library got a problem without queries"
+
+
+@pytest.mark.parametrize("heads_q, heads_kv, head_dim, packed", [(8, 2, 128, False),
+                                                                 (4, 4, 64, True)])
+@pytest.mark.parametrize("options", OPTIONS)
+def test_opcheck_real_kernels(cpu_kernels, heads_q, heads_kv, head_dim, packed, options):
+    """torch.library.opcheck with the real implementations: the schema (no input mutated that
+    the op does not declare), the autograd registration, fake against real metadata, and AOT
+    dispatch with dynamic shapes, forward and backward."""
+    args = _op_arguments(heads_q, heads_kv, head_dim, 150, 150, options, packed)
+    q, k, v = (t.detach().requires_grad_() for t in args[:3])
+    args = (q, k, v) + args[3:]
+    torch.library.opcheck(torch.ops.flamia.fwd.default, args)
+    with torch.no_grad():
+        out, lse, stats, _ = torch.ops.flamia.fwd(*args)
+    bwd_args, _ = _backward_arguments(tuple(a.detach() if isinstance(a, torch.Tensor) else a
+                                            for a in args), out, lse, stats, None,
+                                      torch.randn_like(out))
+    torch.library.opcheck(torch.ops.flamia.bwd.default, bwd_args)
+
+
+def _varlen_inputs(total, batch, grads=(True, True, True)):
+    q = torch.randn(total, 8, 128, dtype=BF16, requires_grad=grads[0])
+    k = torch.randn(total, 2, 128, dtype=BF16, requires_grad=grads[1])
+    v = torch.randn(total, 2, 128, dtype=BF16, requires_grad=grads[2])
+    cu = torch.linspace(0, total, batch + 1).to(torch.int32)
+    return q, k, v, cu
+
+
+@pytest.mark.parametrize("precision", ["fp8", "fp8-bf16grad"])
+@pytest.mark.parametrize("grads", [(True, True, True), (False, True, False), (True, False, False)])
+def test_autograd_through_the_real_kernels(cpu_kernels, precision, grads):
+    """Gradients reach exactly the inputs that want one; the backward runs once and reads the
+    saved operands exactly when precision is fp8; double backward raises."""
+    q, k, v, cu = _varlen_inputs(150, 3, grads)
+    out, lse = flamia.attn_varlen_func(q, k, v, cu, cu, 60, 60, causal=True,
+                                       precision=precision, return_lse=True)
+    assert out.requires_grad and not lse.requires_grad
+    ((out.float() * 2).sum() + lse.sum()).backward()
+    for t, wanted in zip((q, k, v), grads):
+        assert (t.grad is not None) == wanted
+        if wanted:
+            assert t.grad.shape == t.shape and t.grad.dtype == BF16
+    assert [c[0] for c in cpu_kernels] == ["forward", "backward"]
+    keeps = precision == "fp8"
+    assert cpu_kernels[0][3] == keeps and cpu_kernels[1][3] == keeps
+    q, k, v, cu = _varlen_inputs(150, 3)
+    out = flamia.attn_varlen_func(q, k, v, cu, cu, 60, 60, causal=True, precision=precision)
+    dq, = torch.autograd.grad(out.float().sum(), (q,), create_graph=True)
+    with pytest.raises(RuntimeError, match="no autograd formula"):
+        dq.float().sum().backward()
+
+
+def test_inference_runs_no_training_forward(cpu_kernels):
+    q, k, v, cu = _varlen_inputs(150, 3)
+    for mode in (torch.no_grad, torch.inference_mode):
+        with mode():
+            out = flamia.attn_varlen_func(q, k, v, cu, cu, 60, 60, causal=True)
+        assert not out.requires_grad
+    assert cpu_kernels == [("forward", 150, 150, False)] * 2
+
+
+@pytest.mark.parametrize("backend", ["aot_eager", "inductor"])
+def test_compiled_real_kernels_match_eager(cpu_kernels, backend):
+    """torch.compile(fullgraph=True, dynamic=True) through the real kernels: the same outputs
+    and gradients as eager, and other token counts, batch sizes and max_seqlen without a
+    recompilation."""
+    if backend == "inductor" and os.environ.get("FLAMIA_SKIP_INDUCTOR", "") not in ("", "0"):
+        pytest.skip("FLAMIA_SKIP_INDUCTOR is set")
+    torch._dynamo.reset()
+
+    def layer(q, k, v, cu, max_seqlen):
+        out, lse = flamia.attn_varlen_func(q, k, v, cu, cu, max_seqlen, max_seqlen, causal=True,
+                                           scale_mode="block32", return_lse=True)
+        return (out.float() * 2).sum() + lse.sum(), out
+
+    compiled = torch.compile(layer, fullgraph=True, dynamic=True, backend=backend)
+    torch._dynamo.utils.counters.clear()
+    for total, batch, max_seqlen in ((150, 3, 60), (331, 5, 113), (64, 1, 64)):
+        results = []
+        for fn in (layer, compiled):
+            q, k, v, cu = _varlen_inputs(total, batch)
+            loss, out = fn(q, k, v, cu, max_seqlen)
+            loss.backward()
+            results.append((loss.detach(), out.detach(), q.grad, k.grad, v.grad))
+        for eager, traced in zip(*results):
+            assert torch.equal(eager, traced)
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    assert graphs == 1, dict(torch._dynamo.utils.counters)

@@ -249,12 +249,12 @@ def test_static_scale_history_through_the_forward(with_gradient):
                     static_exponents=expected_exponents, deterministic=True)
         for name in through:
             assert torch.equal(through[name], given[name]), (i, name)
-        recorded = scales._amax[-1]
+        recorded = scales.recorded_amax()[-1]
         assert torch.equal(recorded, flamia._interface.key_value_amax(p["k"], p["v"])), i
         assert scales.saturated_heads.shape == (2, 2)
-        bound = torch.stack(scales._amax).amax(dim=0)
+        bound = torch.stack(scales.recorded_amax()).amax(dim=0)
         expected_exponents = flamia.static_exponents(bound[0], bound[1], margin=1)
-    assert len(scales._amax) == len(steps)
+    assert len(scales.recorded_amax()) == len(steps)
 
 
 def test_static_scales_saturate_as_documented():

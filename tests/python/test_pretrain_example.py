@@ -694,7 +694,8 @@ def _static_stand_in(monkeypatch):
                    else None)
         amax = torch.stack([t.detach().abs().amax(dim=(0, 2)) for t in (k, v)]).float()
         if history is not None:
-            bound = torch.stack(history._amax).amax(0) if history._amax else amax
+            recorded = history.recorded_amax()
+            bound = torch.stack(recorded).amax(0) if recorded else amax
             e = history._forward_exponents(lambda: k, v)
             history._record_forward(amax, e)
         else:
@@ -727,13 +728,13 @@ def test_static_evaluation_leaves_the_training_history_alone(monkeypatch):
 
     attend(*qkv(1.0), torch.tensor([0, 7, 20], dtype=torch.int32), 13)  # training step 1
     history = attend.static_scales.layers[0]
-    assert len(history._amax) == 1 and calls[-1][0]
+    assert len(history.recorded_amax()) == 1 and calls[-1][0]
     trained_e = calls[-1][1]
     with torch.no_grad():  # held-out evaluation on much larger K and V
         attend(*qkv(1000.0), cu.clone(), 13)
     took_history, eval_e = calls[-1]
     assert not took_history and torch.equal(eval_e, trained_e)
-    assert len(history._amax) == 1  # nothing recorded
+    assert len(history.recorded_amax()) == 1  # nothing recorded
     attend(*qkv(1.0), cu.clone(), 13)  # training step 2: scales from step 1 alone
     assert torch.equal(calls[-1][1], trained_e)
 

@@ -37,6 +37,37 @@ def test_rotation_pair_is_exactly_inverse_and_exact_in_bf16(dim):
     assert 0.3 < (signs < 0).double().mean() < 0.7  # randomised, not all +1
 
 
+def test_signs_follow_the_fixed_pattern():
+    """The signs are bit d % 64 of the documented constant, whatever builds them (the device-op
+    form must keep every machine's and version's rotation identical)."""
+    for dim in (1, 64, 128, 256):
+        bits = [(_rotation._SIGN_PATTERN >> (d % 64)) & 1 for d in range(dim)]
+        expected = torch.tensor([-1.0 if b else 1.0 for b in bits], dtype=torch.float64)
+        assert torch.equal(_rotation.rotation_signs(dim), expected), dim
+
+
+def test_traced_rotation_makes_no_host_tensor():
+    """Building the matrices for a traced (meta or fake) input runs device ops only: a compiled
+    graph then holds no CPU op and no copy to the device (which would also keep CUDA graphs from
+    capturing it)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    devices = set()
+
+    class RecordDevices(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in out if isinstance(out, (tuple, list)) else (out,):
+                if isinstance(t, torch.Tensor):
+                    devices.add(t.device.type)
+            return out
+
+    with RecordDevices():
+        r_q, r_k = _rotation.rotation_matrices(128, BF16, "meta", cacheable=False)
+    assert devices == {"meta"}, devices
+    assert r_q.device.type == "meta" and r_q.dtype == BF16
+
+
 def test_rejects_bad_rotation_and_head_dim():
     with pytest.raises(ValueError, match="qk_rotation must be one of"):
         _rotation.check_rotation("walsh")

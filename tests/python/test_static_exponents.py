@@ -78,7 +78,7 @@ def test_history_through_the_forward_records_the_forwards_amax():
     e = scales._forward_exponents(*_kv(1.0, 1.0))  # the recorded amax, not this call's
     assert e.tolist() == [[2, -8], [-7, -7]]
     scales._record_forward(torch.tensor([[float("nan"), 1.0], [2.0, 2.0]]), e)  # a failed call
-    assert torch.isfinite(scales._amax[-1]).all()
+    assert torch.isfinite(scales.recorded_amax()[-1]).all()
     assert scales._forward_exponents(*_kv(1.0, 1.0)).tolist() == [[2, -8], [-7, -7]]
     with pytest.raises(ValueError, match="KV heads"):
         scales._forward_exponents(*_kv(1.0, 1.0, heads=3))
