@@ -24,43 +24,18 @@ constexpr int kExitMeasured = 0;
 constexpr int kExitGpuFailed = 1;
 constexpr int kExitNoGpu = 2;
 
-struct AccuracyOptions {
-  std::vector<int> docs;
-  int heads_q = 2;
-  int heads_kv = 2;
-  int head_dim = 128;
+struct AccuracyOptions : WorkloadOptions {
   bool causal = true;
-  ScaleMode scale_mode = ScaleMode::kExact;
-  BackwardPrecision precision = BackwardPrecision::kFp8;
-  uint64_t seed = 1;
-  bool json = false;
 };
 
 AccuracyOptions parse(const std::vector<std::string>& args) {
   AccuracyOptions o;
   for (OptionReader r(args); r.next();) {
-    const std::string& a = r.option();
-    if (a == "--docs") {
-      o.docs = parse_int_list(r.value());
-    } else if (a == "--heads-q") {
-      o.heads_q = parse_int(a, r.value());
-    } else if (a == "--heads-kv") {
-      o.heads_kv = parse_int(a, r.value());
-    } else if (a == "--head-dim") {
-      o.head_dim = parse_int(a, r.value());
-    } else if (a == "--full") {
+    if (read_workload_option(r, o)) continue;
+    if (r.option() == "--full")
       o.causal = false;
-    } else if (a == "--scale-mode") {  // static: K and V at make_problem's exponents
-      o.scale_mode = parse_scale_mode(r.value());
-    } else if (a == "--precision") {
-      o.precision = parse_precision(r.value());
-    } else if (a == "--seed") {
-      o.seed = parse_seed(r.value());
-    } else if (a == "--json") {
-      o.json = true;
-    } else {
-      throw std::invalid_argument("unknown option " + a);
-    }
+    else
+      throw std::invalid_argument("unknown option " + r.option());
   }
   if (o.docs.empty()) throw std::invalid_argument("--docs is required (e.g. --docs 3549,4377,725)");
   return o;

@@ -85,6 +85,29 @@ uint64_t parse_seed(const std::string& text) {
   return seed;
 }
 
+bool read_workload_option(OptionReader& r, WorkloadOptions& o) {
+  const std::string& a = r.option();
+  if (a == "--docs")
+    o.docs = parse_int_list(r.value());
+  else if (a == "--heads-q")
+    o.heads_q = parse_int(a, r.value());
+  else if (a == "--heads-kv")
+    o.heads_kv = parse_int(a, r.value());
+  else if (a == "--head-dim")
+    o.head_dim = parse_int(a, r.value());
+  else if (a == "--scale-mode")  // static: K and V at make_problem's exponents
+    o.scale_mode = parse_scale_mode(r.value());
+  else if (a == "--precision")
+    o.precision = parse_precision(r.value());
+  else if (a == "--seed")
+    o.seed = parse_seed(r.value());
+  else if (a == "--json")
+    o.json = true;
+  else
+    return false;
+  return true;
+}
+
 double lse_max_abs_difference(const std::vector<float>& gpu, const std::vector<float>& ref) {
   if (gpu.size() != ref.size()) return INFINITY;
   double worst = 0.0;

@@ -54,6 +54,22 @@ BackwardPrecision parse_precision(const std::string& text);
 KeySmoothing parse_smoothing(const std::string& text);
 uint64_t parse_seed(const std::string& text);
 
+// The workload options that `accuracy` and `formats` share: --docs, --heads-q, --heads-kv,
+// --head-dim, --scale-mode, --precision, --seed and --json.
+struct WorkloadOptions {
+  std::vector<int> docs;
+  int heads_q = 2;
+  int heads_kv = 2;
+  int head_dim = 128;
+  ScaleMode scale_mode = ScaleMode::kExact;
+  BackwardPrecision precision = BackwardPrecision::kFp8;
+  uint64_t seed = 1;
+  bool json = false;
+};
+// Consumes the reader's current option into `o` when it is one of WorkloadOptions' (true);
+// false for any other option.
+bool read_workload_option(OptionReader& r, WorkloadOptions& o);
+
 // Largest |gpu - ref| over LSE rows. A row the reference leaves at -inf (no visible key) must be
 // -inf on the GPU too, else the result is inf; NaN also gives inf.
 double lse_max_abs_difference(const std::vector<float>& gpu, const std::vector<float>& ref);

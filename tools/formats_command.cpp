@@ -16,50 +16,39 @@ namespace flamia::cli {
 
 namespace {
 
-struct FormatsOptions {
-  std::vector<int> docs = {1, 17, 113, 300, 700};
-  int heads_q = 4;
-  int heads_kv = 2;
-  int head_dim = 128;
-  ScaleMode scale_mode = ScaleMode::kExact;
+struct FormatsOptions : WorkloadOptions {
+  FormatsOptions() {
+    docs = {1, 17, 113, 300, 700};
+    heads_q = 4;
+  }
   KeySmoothing smoothing = KeySmoothing::kNone;
   float key_bias = 0.0f;
-  BackwardPrecision precision = BackwardPrecision::kFp8;
-  uint64_t seed = 1;
-  bool json = false;
 };
+
+float parse_key_bias(const std::string& text) {
+  size_t used = 0;
+  float bias = -1.0f;
+  try {
+    bias = std::stof(text, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != text.size() || !(bias >= 0.0f))
+    throw std::invalid_argument("--key-bias takes a number >= 0");
+  return bias;
+}
 
 FormatsOptions parse(const std::vector<std::string>& args) {
   FormatsOptions o;
   for (OptionReader r(args); r.next();) {
+    if (read_workload_option(r, o)) continue;
     const std::string& a = r.option();
-    if (a == "--docs") {
-      o.docs = parse_int_list(r.value());
-    } else if (a == "--heads-q") {
-      o.heads_q = parse_int(a, r.value());
-    } else if (a == "--heads-kv") {
-      o.heads_kv = parse_int(a, r.value());
-    } else if (a == "--head-dim") {
-      o.head_dim = parse_int(a, r.value());
-    } else if (a == "--scale-mode") {
-      o.scale_mode = parse_scale_mode(r.value());
-    } else if (a == "--smoothing") {
+    if (a == "--smoothing")
       o.smoothing = parse_smoothing(r.value());
-    } else if (a == "--key-bias") {
-      const std::string& s = r.value();
-      size_t used = 0;
-      o.key_bias = std::stof(s, &used);
-      if (used != s.size() || !(o.key_bias >= 0.0f))
-        throw std::invalid_argument("--key-bias takes a number >= 0");
-    } else if (a == "--precision") {
-      o.precision = parse_precision(r.value());
-    } else if (a == "--seed") {
-      o.seed = parse_seed(r.value());
-    } else if (a == "--json") {
-      o.json = true;
-    } else {
+    else if (a == "--key-bias")
+      o.key_bias = parse_key_bias(r.value());
+    else
       throw std::invalid_argument("unknown option " + a);
-    }
   }
   for (int length : o.docs)
     if (length < 0) throw std::invalid_argument("--docs lengths must be >= 0");
