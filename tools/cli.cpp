@@ -34,14 +34,9 @@ std::vector<std::string> split_list(const std::string& text) {
 }
 
 int parse_int(const std::string& option, const std::string& text) {
-  size_t used = 0;
   int value = 0;
-  try {
-    value = std::stoi(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size())
+  if (!read_whole(
+          text, [](const std::string& t, size_t* used) { return std::stoi(t, used); }, value))
     throw std::invalid_argument(option + " takes an integer, not '" + text + "'");
   return value;
 }
@@ -73,14 +68,10 @@ KeySmoothing parse_smoothing(const std::string& text) {
 }
 
 uint64_t parse_seed(const std::string& text) {
-  size_t used = 0;
-  uint64_t seed = 0;
-  try {
-    seed = std::stoull(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || text[0] == '-')
+  uint64_t seed = 0;  // (std::stoull reads "-1" as 2^64 - 1: a sign is refused first)
+  if (text.empty() || text[0] == '-' ||
+      !read_whole(
+          text, [](const std::string& t, size_t* used) { return std::stoull(t, used); }, seed))
     throw std::invalid_argument("--seed takes an unsigned integer, not '" + text + "'");
   return seed;
 }

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,19 @@ std::string format_list(const std::vector<int>& values);
 
 // "3549,,4377" -> {"3549", "4377"}: the comma-separated items, empty ones skipped.
 std::vector<std::string> split_list(const std::string& text);
+
+// `text` read whole by `read` (std::stoi, std::stoull, std::stof: (text, size_t* used) -> T):
+// true and `value` set, or false when it fails or leaves characters unread.
+template <typename T, typename Read>
+bool read_whole(const std::string& text, Read read, T& value) {
+  size_t used = 0;
+  try {
+    value = read(text, &used);
+  } catch (const std::exception&) {
+    return false;
+  }
+  return used != 0 && used == text.size();
+}
 
 // The whole of `text` as an integer, else std::invalid_argument naming `option`.
 int parse_int(const std::string& option, const std::string& text);

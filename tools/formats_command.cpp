@@ -26,14 +26,10 @@ struct FormatsOptions : WorkloadOptions {
 };
 
 float parse_key_bias(const std::string& text) {
-  size_t used = 0;
   float bias = -1.0f;
-  try {
-    bias = std::stof(text, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != text.size() || !(bias >= 0.0f))
+  if (!read_whole(
+          text, [](const std::string& t, size_t* used) { return std::stof(t, used); }, bias) ||
+      !(bias >= 0.0f))
     throw std::invalid_argument("--key-bias takes a number >= 0");
   return bias;
 }
