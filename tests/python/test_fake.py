@@ -475,7 +475,11 @@ def test_compiled_real_kernels_match_eager(cpu_kernels, backend):
             loss, out = fn(q, k, v, cu, max_seqlen)
             loss.backward()
             results.append((loss.detach(), out.detach(), q.grad, k.grad, v.grad))
-        for eager, traced in zip(*results):
+        # The kernels' outputs and gradients bit for bit; the loss only closely: inductor may
+        # reduce its sums in another order than eager (it did on the GPU machine's 16 cores).
+        (eager_loss, *eager_tensors), (traced_loss, *traced_tensors) = results
+        torch.testing.assert_close(traced_loss, eager_loss, rtol=1e-5, atol=0)
+        for eager, traced in zip(eager_tensors, traced_tensors):
             assert torch.equal(eager, traced)
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     assert graphs == 1, dict(torch._dynamo.utils.counters)
