@@ -35,6 +35,7 @@ import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 FWD_BWD_FLOP_FACTOR = 3.5  # workloads.json convention: fwd+bwd = 3.5 x forward FLOPs
+ANCHOR_GPU = "H200"  # the GPU model bench/anchors.json was measured on (its "comment")
 
 
 def forward_flops(doc_lens, heads_q, head_dim, causal=True, window=0):
@@ -429,9 +430,14 @@ def main():
     if unknown:  # (the JSON is written per workload: no selection would leave no file)
         ap.error(f"unknown workloads {unknown} (in {opts.workloads_file}: {list(workloads)})")
     chosen = [n for n in workloads if n in asked]
-    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+    device = torch.cuda.get_device_name()
+    anchors_apply = ANCHOR_GPU in device
+    if not anchors_apply:
+        print(f"{device}: not an {ANCHOR_GPU}, so bench/anchors.json's rows are not counted")
+    results = {"device": device, "torch": torch.__version__,
                "scale_mode": opts.scale_mode, "rounds": opts.rounds,
-               "warmup_seconds": opts.warmup_seconds, "workloads": {}}
+               "warmup_seconds": opts.warmup_seconds, "anchors_counted": anchors_apply,
+               "workloads": {}}
     for name in chosen:
         w = workloads[name]
         q, k, v, d_o, cu, max_len = make_inputs(w)
@@ -488,13 +494,17 @@ def main():
         fp8_ms = run_baseline("cudnn_fp8", lambda: bench_cudnn_fp8(q, k, v, w["doc_lens"]), errors)
         if fp8_ms is not None:
             rec["fp8_baselines"] = {"cudnn_fp8": {"fwd_kernel_ms": fp8_ms}}
-        # anchors (FlashAttention-3 etc. measured on this H200 model), as ms of this workload
-        for key, label in (("fa3_bf16", "fa3_bf16_anchor"), ("cudnn_bf16", "cudnn_bf16_anchor")):
-            a = anchors.get(name, {})
-            if f"{key}_fwd_tflops" in a:
-                baselines[label] = {
-                    "fwd_ms": flops / a[f"{key}_fwd_tflops"] / 1e9,
-                    "fwdbwd_ms": FWD_BWD_FLOP_FACTOR * flops / a[f"{key}_fb_tflops"] / 1e9}
+        # anchors (FlashAttention-3 etc. measured on an H200), as ms of this workload; counted
+        # only on the GPU model they were measured on (an H100 run is compared with its own
+        # baselines alone)
+        if anchors_apply:
+            for key, label in (("fa3_bf16", "fa3_bf16_anchor"),
+                               ("cudnn_bf16", "cudnn_bf16_anchor")):
+                a = anchors.get(name, {})
+                if f"{key}_fwd_tflops" in a:
+                    baselines[label] = {
+                        "fwd_ms": flops / a[f"{key}_fwd_tflops"] / 1e9,
+                        "fwdbwd_ms": FWD_BWD_FLOP_FACTOR * flops / a[f"{key}_fb_tflops"] / 1e9}
         for phase in ("fwd", "fwdbwd"):
             best = min(baselines, key=lambda b: baselines[b][f"{phase}_ms"])
             rec[f"best_bf16_{phase}_ms"] = baselines[best][f"{phase}_ms"]
