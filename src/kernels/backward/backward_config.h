@@ -46,6 +46,18 @@ struct Fp8RegisterBudget {
 template <int kHeadDim, bool kBf16Grad>
 constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim == 64;
 
+// The FP8 key warpgroups form x = dS 2^eq_i as fma(dPraw, a_i, -b_i 2^-ev_j) P̂ with the
+// per-query a_i = 2^(eq_i + edo_i) / l_i and b_i = (2^eq_i / l_i) D_i (score_gradient_half):
+// one multiply per score and a third of the step's factor loads fewer than
+// (P̂ (2^eq_i / l_i)) fma(dPraw, 2^edo_i, -D_i 2^-ev_j). Not in the static kernels at head dim
+// 128, whose key warpgroups spilled 4 bytes in the step loop with it (Fp8QueryFactors: the
+// form decides what the row factors hold; the launch asks folded_score_gradient).
+__host__ __device__ constexpr bool folded_score_gradient(int head_dim, bool static_scales) {
+  return !(head_dim == 128 && static_scales);
+}
+template <int kHeadDim, bool kStaticScales>
+constexpr bool kFoldedScoreGradient = folded_score_gradient(kHeadDim, kStaticScales);
+
 // Head dim 128's key warpgroups take their warpgroup index as a warp-uniform value (broadcast from
 // lane 0, hopper::warpgroup_index_uniform), so that ptxas builds the per-step wgmma descriptors
 // of their key tiles in uniform registers: 30-45 fewer instructions per step (no R2UR copies),
@@ -97,5 +109,14 @@ struct BackwardTile {
   static constexpr int kFp8RowBytes = kHeadDim;  // Q̂, K̂, V̂, dÔ rows: 64B or 128B swizzle
   static constexpr int kBf16Panels = kHeadDim / kBf16PerPanel;  // BF16 rows of D elements
 };
+
+// Head dim 64: the key warpgroups hand x = dS 2^eq over as it is, and the dQ warpgroup forms
+// y = x 2^ekc_j as it reads the tile into registers (it holds the tile there, with registers to
+// spare): the same bits (a product by a power of two), one multiply per score and two shared
+// loads per step fewer in the key warpgroups, one more per score in the dQ warpgroup, which
+// waits for them anyway. Head dim 128's dQ warpgroup (88 registers, the tile read twice) spilled
+// 44-52 bytes with it (session 38).
+template <int kHeadDim>
+constexpr bool kDqAppliesKeyScale = kHeadDim == 64;
 
 }  // namespace flamia::backward

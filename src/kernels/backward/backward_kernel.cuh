@@ -222,6 +222,7 @@ __device__ __forceinline__ void backward_step(
     const int (&tile_row)[kRowsPerThread], const StepCursor& step, bool unmasked,
     KeyWarpgroupDq<kHeadDim, kBf16Grad>& dq, OpeningProducts& opening, const StepCursor& next) {
   constexpr bool kPipelined = kPipelinedOpening<kHeadDim, kBf16Grad>;
+  constexpr bool kFolded = kFoldedScoreGradient<kHeadDim, kStaticScales>;
   using Tile = BackwardTile<kHeadDim>;
   const auto& tiles = smem.stage[step.stage];
   const int head = step.head(item, p.group_size);
@@ -247,10 +248,12 @@ __device__ __forceinline__ void backward_step(
       if (threadIdx.x == 0) timeline::lap(timeline::kStepScoreProducts);
     if (unmasked) {
       rebuild_probabilities<kStaticScales, false, !kBf16Grad>(s, key, qf, lane);
-      score_gradient_half<kBf16Grad, 0, false, kStaticScales>(s, dp, ds, p_hat[0], key, qf, lane);
+      score_gradient_half<kBf16Grad, 0, false, kStaticScales, kFolded>(s, dp, ds, p_hat[0], key, qf,
+                                                                       lane);
     } else {
       rebuild_probabilities<kStaticScales, true, !kBf16Grad>(s, key, qf, lane);
-      score_gradient_half<kBf16Grad, 0, true, kStaticScales>(s, dp, ds, p_hat[0], key, qf, lane);
+      score_gradient_half<kBf16Grad, 0, true, kStaticScales, kFolded>(s, dp, ds, p_hat[0], key, qf,
+                                                                      lane);
     }
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepFirstHalf);
@@ -267,9 +270,11 @@ __device__ __forceinline__ void backward_step(
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepSecondProduct);
     if (unmasked)
-      score_gradient_half<kBf16Grad, 1, false, kStaticScales>(s, dp, ds, p_hat[1], key, qf, lane);
+      score_gradient_half<kBf16Grad, 1, false, kStaticScales, kFolded>(s, dp, ds, p_hat[1], key, qf,
+                                                                       lane);
     else
-      score_gradient_half<kBf16Grad, 1, true, kStaticScales>(s, dp, ds, p_hat[1], key, qf, lane);
+      score_gradient_half<kBf16Grad, 1, true, kStaticScales, kFolded>(s, dp, ds, p_hat[1], key, qf,
+                                                                      lane);
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepSecondHalf);
   }
@@ -329,8 +334,8 @@ __device__ __forceinline__ void backward_step(
     hopper::warpgroup_commit();
 
     // dQ's operand goes to the dQ warpgroup while dV and dK run.
-    hand_off_score_gradient(ds, tile_row, lane, smem.key_centered_scale,
-                            smem.score_gradient[step.stage], step.stage);
+    hand_off_score_gradient<kHeadDim>(ds, tile_row, lane, smem.key_centered_scale,
+                                      smem.score_gradient[step.stage], step.stage);
     if constexpr (!kPipelined) hopper::warpgroup_wait<0>();  // dV and dK
     if constexpr (kPipelined) {
       // Sᵀ and dPᵀ read the row-major Q̂ and dÔ tiles, which no mask touches: the copies having

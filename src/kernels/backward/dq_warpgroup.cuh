@@ -2,7 +2,8 @@
 //
 // Per step, each key warpgroup waits until the step's buffer is free (kScoreGradientEmpty +
 // buffer), stores y_ij = x_ij 2^ekc_j of its 64 keys (x = dS 2^eq_i from score_gradient_half,
-// 2^ekc_j the tile's centered-key scales, which the dQ warpgroup computes once) into the step's
+// 2^ekc_j the tile's centered-key scales, which the dQ warpgroup computes once; head dim 64,
+// kDqAppliesKeyScale: x itself, and the dQ warpgroup forms y as it reads) into the step's
 // ScoreGradientTile, arrives on kScoreGradientFull + buffer and goes on with its dV and dK
 // products and the next step. The dQ warpgroup runs the same sequence of steps, at most two
 // behind:
@@ -48,8 +49,10 @@ constexpr int kFp8CtaThreads = kCtaThreads</*kBf16Grad=*/false>;
 // buffer and the signal that it is full. The wait also orders the dQ warpgroup's scales
 // (written before it first frees a buffer) before their reads. Touches no wgmma register, so it
 // may run while the step's dV and dK products are in flight. (The product costs a key
-// warpgroup one multiply per value; in the dQ warpgroup, the critical path, it cost two at head
-// dim 128, which reads the tile twice.)
+// warpgroup one multiply per value; in the dQ warpgroup, the critical path at head dim 128, it
+// cost two there, which reads the tile twice.) kDqAppliesKeyScale (head dim 64): x itself, the
+// dQ warpgroup forms y (query_gradient_operand).
+template <int kHeadDim>
 __device__ __forceinline__ void hand_off_score_gradient(const float (&x)[kScoreRegisters],
                                                         const int (&tile_row)[kRowsPerThread],
                                                         int lane, const float* key_centered_scale,
@@ -57,12 +60,18 @@ __device__ __forceinline__ void hand_off_score_gradient(const float (&x)[kScoreR
   const auto since = timeline::start_wait();
   hopper::named_barrier_sync(kScoreGradientEmpty + buffer, kFp8CtaThreads);
   if (threadIdx.x == 0) timeline::end_wait(timeline::kHandOffFree, since);
-  const float key_scale[kRowsPerThread] = {key_centered_scale[tile_row[0]],
-                                           key_centered_scale[tile_row[1]]};
+  if constexpr (kDqAppliesKeyScale<kHeadDim>) {
 #pragma unroll
-  for (int i = 0; i < kScoreRegisters; ++i)
-    tile.y[register_column(lane, i)][tile_row[register_row(i)]] =
-        __fmul_rn(x[i], key_scale[register_row(i)]);
+    for (int i = 0; i < kScoreRegisters; ++i)
+      tile.y[register_column(lane, i)][tile_row[register_row(i)]] = x[i];
+  } else {
+    const float key_scale[kRowsPerThread] = {key_centered_scale[tile_row[0]],
+                                             key_centered_scale[tile_row[1]]};
+#pragma unroll
+    for (int i = 0; i < kScoreRegisters; ++i)
+      tile.y[register_column(lane, i)][tile_row[register_row(i)]] =
+          __fmul_rn(x[i], key_scale[register_row(i)]);
+  }
   hopper::named_barrier_arrive(kScoreGradientFull + buffer, kFp8CtaThreads);
 }
 
@@ -201,26 +210,31 @@ __device__ __forceinline__ void pack_query_gradient_operand(ForEachY&& for_each_
 
 // The step's Ĝ and dQ scales from its hand-off tile; releases the tile (release()) as soon as
 // the thread has read it: after the operand at head dim 128 (y is read twice, for the amax and
-// for the operand, within the warpgroup's 88 registers), before the amax at 64 (y held).
+// for the operand, within the warpgroup's 88 registers), before the amax at 64 (y held, formed
+// from x as it is read: kDqAppliesKeyScale, 2^ekc_j from key_centered_scale).
 template <int kHeadDim, typename Release>
-__device__ __forceinline__ void query_gradient_operand(const ScoreGradientTile& tile, int row0,
-                                                       int lane, float softmax_scale,
-                                                       DqRowFactors& f,
-                                                       uint32_t (&g)[kBlockN / kFp8MmaK][4],
-                                                       Release&& release) {
+__device__ __forceinline__ void query_gradient_operand(
+    const ScoreGradientTile& tile, const float* key_centered_scale, int row0, int lane,
+    float softmax_scale, DqRowFactors& f, uint32_t (&g)[kBlockN / kFp8MmaK][4], Release&& release) {
   auto from_tile = [&](auto bound_each_half) {
     return [&, bound_each_half](auto&& visit) {
       for_each_fragment_quad<decltype(bound_each_half)::value>(tile, row0, lane, visit);
     };
   };
   if constexpr (kHeadDim == 64) {
+    static_assert(kDqAppliesKeyScale<kHeadDim>, "head dim 64's tile holds x");
     HeldFragmentQuads held;
-    from_tile(std::true_type{})(
-        [&](int kk, int half, int r, const float4& v) { held.y[kk][half][r] = v; });
+    from_tile(std::true_type{})([&](int kk, int half, int r, const float4& x) {
+      const float4 s = *reinterpret_cast<const float4*>(
+          &key_centered_scale[fragment_key(kk, half, lane)]);  // 2^ekc_j of the four keys
+      held.y[kk][half][r] = make_float4(__fmul_rn(x.x, s.x), __fmul_rn(x.y, s.y),
+                                        __fmul_rn(x.z, s.z), __fmul_rn(x.w, s.w));
+    });
     release();
     find_dq_scales(held, softmax_scale, f);
     pack_query_gradient_operand(held, f, g);
   } else {
+    static_assert(!kDqAppliesKeyScale<kHeadDim>, "head dim 128's tile holds y");
     find_dq_scales(from_tile(std::true_type{}), softmax_scale, f);
     pack_query_gradient_operand(from_tile(std::false_type{}), f, g);
     release();
@@ -315,10 +329,11 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
     hopper::named_barrier_sync(kScoreGradientFull + step.stage, kFp8CtaThreads);
     if (thread == 0) timeline::end_wait(timeline::kHandOffFull, since);
     uint32_t g[kBlockN / kFp8MmaK][4];
-    query_gradient_operand<kHeadDim>(tile, row0, lane, p.softmax_scale, rows, g, [&] {
-      if (freed.valid(item))
-        hopper::named_barrier_arrive(kScoreGradientEmpty + step.stage, kFp8CtaThreads);
-    });
+    query_gradient_operand<kHeadDim>(
+        tile, smem.key_centered_scale, row0, lane, p.softmax_scale, rows, g, [&] {
+          if (freed.valid(item))
+            hopper::named_barrier_arrive(kScoreGradientEmpty + step.stage, kFp8CtaThreads);
+        });
     freed = freed.next(p.group_size);
 
     // dQ = Ĝ K̂c in column slices: slice c + 1's product is in flight while slice c is staged.

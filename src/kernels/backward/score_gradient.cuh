@@ -74,12 +74,16 @@ constexpr int kHalfScoreRegisters = kScoreRegisters / kScoreHalves;
 
 // Steps 3-5 for query columns 32 half .. 32 half + 31 (registers 16 half + i of the full tile),
 // with P̂ = e4m3(p), the probability the forward's P̂·V̂ used (l_i sums the same P̂):
-//   FP8:      x = dS * 2^eq_i (Fp8QueryFactors), as
+//   FP8:      x = dS * 2^eq_i (Fp8QueryFactors), kFolded (kFoldedScoreGradient) as
+//             x = fma(dPraw, a_i, -(b_i * 2^-ev_j)) * P̂,  a_i = 2^(eq_i + edo_i) / l_i,
+//                                                        b_i = (2^eq_i / l_i) * D_i,
+//             3 operations per element (kStaticScales: 2, b_i holds 2^-ev already); else as
 //             x = (P̂ * (2^eq_i / l_i)) * fma(dPraw, 2^edo_i, -(D_i * 2^-ev_j)),
-//             which is bitwise 2^eq_i * P * (dP - D_i) with P = (P̂ 2^-ev_j) / l_i and
-//             dP = (dPraw 2^edo_i) 2^ev_j: the powers of two 2^ev_j and 2^-ev_j cancel
-//             exactly (FP32 normal range), leaving 4 operations per element instead of 6
-//             (kStaticScales: 3, the query factors hold D_i * 2^-ev, row_factors.cu).
+//             4 (kStaticScales: 3). Both are 2^eq_i * P * (dP - D_i) with P = (P̂ 2^-ev_j) / l_i
+//             and dP = (dPraw 2^edo_i) 2^ev_j, the powers of two cancelling or riding along
+//             exactly; the second bitwise so, the first with 1/l_i moved into the per-query
+//             b_i (one rounding per query; numerics §5 step 5 bounds the difference: 4 FP32
+//             units of |x| + |P̂ b_i 2^-ev_j| in FP32's normal range).
 //   BF16grad: dS = ((P̂ * 2^-ev_j) / l_i) * (dPraw - D_i) (BF16 dO · V), rounded to BF16 (the
 //             value its products read).
 // Registers 2m, 2m+1 are one row's adjacent columns: one conversion rounds both. Its two bytes
@@ -87,7 +91,8 @@ constexpr int kHalfScoreRegisters = kScoreRegisters / kScoreHalves;
 // operand register swap of hopper-fp8-facts.md, where word 2h + r holds row r's bytes of groups
 // 2h (low half) and 2h + 1 (high half) of the k step's four. (Packing P̂ from the conversions
 // done here, rather than converting p again, saves two conversions per four elements.)
-template <bool kBf16Grad, int kHalf, bool kMasked, bool kStaticScales, typename Factors>
+template <bool kBf16Grad, int kHalf, bool kMasked, bool kStaticScales, bool kFolded,
+          typename Factors>
 __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegisters],
                                                     const float (&dp)[kHalfScoreRegisters],
                                                     float (&ds)[kScoreRegisters],
@@ -100,9 +105,16 @@ __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegis
   for (int g = 0; g < kGroupsPerHalf; ++g) {
     const int group = kHalf * kGroupsPerHalf + g;
     const int col = column_of_group(group, lane);
-    const float2 probability_scale = kBf16Grad ? float2{} : column_pair(qf.probability_scale, col);
-    const float2 d_o_scale = kBf16Grad ? float2{} : column_pair(qf.d_o_scale, col);
-    const float2 delta = kBf16Grad ? float2{} : column_pair(qf.delta, col);
+    // Unfolded: probability_scale, d_o_scale, delta; kFolded: gradient_scale, scaled_delta
+    float2 probability_scale{}, d_o_scale{}, delta{};
+    if constexpr (!kBf16Grad && !kFolded) {
+      probability_scale = column_pair(qf.gradient_factor[kProbabilityScale], col);
+      d_o_scale = column_pair(qf.gradient_factor[kDoScale], col);
+      delta = column_pair(qf.gradient_factor[kDelta], col);
+    } else if constexpr (!kBf16Grad) {
+      d_o_scale = column_pair(qf.gradient_factor[kGradientScale], col);
+      delta = column_pair(qf.gradient_factor[kScaledDelta], col);
+    }
     const int2 visibility = kMasked ? column_pair(qf.visibility, col) : make_int2(0, 0);
 #pragma unroll
     for (int r = 0; r < kRowsPerThread; ++r) {
@@ -124,13 +136,18 @@ __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegis
           grad = __fmul_rn(prob, __fsub_rn(dp_raw, qf.delta[col + e]));
           grad = __bfloat162float(__float2bfloat16_rn(grad));
         } else {
-          const float scaled_prob =
-              __fmul_rn(p_hat_e, e ? probability_scale.y : probability_scale.x);
           const float shifted_delta =
               kStaticScales ? (e ? delta.y : delta.x)
                             : __fmul_rn(e ? delta.y : delta.x, key.score[r].inv_value_scale);
-          grad = __fmul_rn(scaled_prob,
-                           __fmaf_rn(dp_raw, e ? d_o_scale.y : d_o_scale.x, -shifted_delta));
+          if constexpr (kFolded) {  // (d_o_scale: gradient_scale; delta: scaled_delta)
+            grad = __fmul_rn(__fmaf_rn(dp_raw, e ? d_o_scale.y : d_o_scale.x, -shifted_delta),
+                             p_hat_e);
+          } else {
+            const float scaled_prob =
+                __fmul_rn(p_hat_e, e ? probability_scale.y : probability_scale.x);
+            grad = __fmul_rn(scaled_prob,
+                             __fmaf_rn(dp_raw, e ? d_o_scale.y : d_o_scale.x, -shifted_delta));
+          }
         }
         const bool visible = !kMasked || visible_pair(key.visibility[r],
                                                       e ? visibility.y : visibility.x, key.window);
