@@ -82,12 +82,30 @@ def failed_baselines(errors: dict | None) -> str:
         f"{b} ({' '.join(str(e).split())[:120]})" for b, e in errors.items())
 
 
-def workload_table(work: dict) -> list[str]:
-    """End-to-end times, speedups, errors and the baselines of bench_attention.py's workloads."""
+def best_cells(r: dict, phase: str) -> str:
+    """'best BF16 ms name | x' of a workload, or '- | -' where no BF16 baseline was timed."""
+    best = r.get(f"best_bf16_{phase}_ms")
+    if best is None:
+        return "- | -"
+    return f"{best:.3f} {r[f'best_bf16_{phase}_name']} | {r[f'speedup_{phase}']:.2f}"
+
+
+def workload_table(work: dict, settings: dict | None = None) -> list[str]:
+    """End-to-end times, speedups, errors and the baselines of bench_attention.py's workloads
+    (settings: the run's scale_mode, rounds, warmup_seconds, anchors_counted, where recorded)."""
+    settings = settings or {}
+    anchors = (" or FlashAttention-3 / cuDNN anchor of bench/anchors.json"
+               if settings.get("anchors_counted", True) else
+               "; bench/anchors.json not counted: not the GPU it was measured on")
+    rounds = (f", the best of {settings['rounds']} rounds in alternating order"
+              if "rounds" in settings else "")
+    warmup = (f", after at least {settings['warmup_seconds']} s of warm-up"
+              if "warmup_seconds" in settings else "")
+    mode = f" (scale_mode {settings['scale_mode']})" if "scale_mode" in settings else ""
     lines = ["", "Times in ms (TFLOP/s with workloads.json's causal convention); speedup = best "
-                 "BF16 (own run or FlashAttention-3 anchor) / flamia. flamia includes quantization. "
-                 "Each time is the median of calls queued back to back, the same for flamia and the "
-                 "baselines run here (bench_attention.py, median_ms).",
+                 f"BF16 (own run{anchors}) / flamia{mode}. flamia includes quantization. "
+                 "Each time is the median of calls queued back to back" + rounds + warmup +
+                 ", the same for flamia and the baselines run here (bench_attention.py, median_ms).",
              "", "| workload | flamia fwd | best BF16 fwd | x | flamia fwd+bwd | best BF16 fwd+bwd | x | "
                  "O err vs ref | dQ/dK/dV err vs ref |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -97,10 +115,9 @@ def workload_table(work: dict) -> list[str]:
             return f"{v:.2g}" if isinstance(v, (int, float)) else "-"
         lines.append(
             f"| {name} | {r['flamia_fwd_ms']:.3f} ({r['flamia_fwd_tflops']:.0f}) | "
-            f"{r['best_bf16_fwd_ms']:.3f} {r['best_bf16_fwd_name']} | {r['speedup_fwd']:.2f} | "
+            f"{best_cells(r, 'fwd')} | "
             f"{r['flamia_fwdbwd_ms']:.3f} ({r['flamia_fwdbwd_tflops']:.0f}) | "
-            f"{r['best_bf16_fwdbwd_ms']:.3f} {r['best_bf16_fwdbwd_name']} | "
-            f"{r['speedup_fwdbwd']:.2f} | {fmt('o_rel_l2_vs_ref')} | "
+            f"{best_cells(r, 'fwdbwd')} | {fmt('o_rel_l2_vs_ref')} | "
             f"{fmt('dq_rel_l2_vs_ref')}/{fmt('dk_rel_l2_vs_ref')}/{fmt('dv_rel_l2_vs_ref')} |")
     static = {name: r for name, r in work.items() if "flamia_static_fwd_ms" in r}
     if static:
@@ -116,12 +133,16 @@ def workload_table(work: dict) -> list[str]:
             def err(key):
                 v = acc.get(key)
                 return f"{v:.2g}" if isinstance(v, (int, float)) else "-"
+            def x(phase, ms):
+                best = r.get(f"best_bf16_{phase}_ms")
+                return f"{best / ms:.2f}" if best is not None else "-"
             lines.append(f"| {name} | {fwd:.3f} ({r['fwd_flops'] / fwd / 1e9:.0f}) | "
-                         f"{r['best_bf16_fwd_ms'] / fwd:.2f} | {fb:.3f} | "
-                         f"{r['best_bf16_fwdbwd_ms'] / fb:.2f} | {err('o_rel_l2_vs_ref')} | "
+                         f"{x('fwd', fwd)} | {fb:.3f} | "
+                         f"{x('fwdbwd', fb)} | {err('o_rel_l2_vs_ref')} | "
                          f"{err('dq_rel_l2_vs_ref')}/{err('dk_rel_l2_vs_ref')}/"
                          f"{err('dv_rel_l2_vs_ref')} |")
-    lines += ["", "Baselines measured in the same process:", ""]
+    lines += ["", "Baselines measured in the same process (*_anchor: bench/anchors.json's TFLOP/s "
+                  "at this workload's FLOPs, not measured here):", ""]
     for name, r in work.items():
         parts = [f"{b} {v['fwd_ms']:.3f}/{v['fwdbwd_ms']:.3f}" for b, v in r["baselines"].items()]
         lines.append(f"- {name}: " + "; ".join(parts) + " (fwd/fwd+bwd ms)" +
@@ -287,6 +308,10 @@ def markdown(results: dict) -> str:
     t = results.get("tests", {})
     if results.get("commit_note"):
         lines += [f"Notes: {results['commit_note']}.", ""]
+    if results.get("carried_over"):
+        lines += ["Not measured by this run, kept from an earlier h200.json: " + "; ".join(
+            f"{key} (commit {commit})" for key, commit in results["carried_over"].items()) + ".",
+            ""]
     lines.append(f"Tests{' at ' + t['commit'] if t.get('commit') else ''}: "
                  f"{t.get('passed', 0)} passed, {t.get('failed', 0)} failed, "
                  f"{t.get('skipped', 0)} skipped" +
@@ -298,7 +323,7 @@ def markdown(results: dict) -> str:
                       f"device-to-device copy rate ({qz.get('copy_tb_s', 0):.2f} TB/s) in the same run."]
     work = results.get("workloads", {})
     if work:
-        lines += workload_table(work)
+        lines += workload_table(work, results.get("attention_settings"))
         lines += training_forward_table(work)
         lines += backward_options_table(work)
     kernels = results.get("kernels", {}).get("workloads", {})
@@ -329,7 +354,7 @@ def markdown(results: dict) -> str:
     extra = results.get("attention_extra", {}).get("workloads", {})
     if extra:
         lines += ["", "## Workloads beyond the public ones (bench/workloads_extra.json)"]
-        lines += workload_table(extra)
+        lines += workload_table(extra, results["attention_extra"])
     for key, title in (("noncausal", "Non-causal packed documents"),
                        ("long_context", "Long context (bench/workloads_long.json)"),
                        ("sliding_window", "Causal sliding window of 4096 keys")):
@@ -343,6 +368,13 @@ def markdown(results: dict) -> str:
         if results["power_state"].get("energy"):
             lines += energy_table(results["power_state"]["energy"])
     return "\n".join(lines) + "\n"
+
+
+# h200.json's keys that a merge writes from OUT: one this run has no file for is kept from the
+# previous h200.json under carried_over with the commit it was measured at (h200.md names it),
+# not passed off as measured at this run's commit.
+MERGED_KEYS = ("tests", "quantize", "kernels", "attention_extra", "kernels_extra", "sass",
+               "device", "torch", "workloads", "attention_settings")
 
 
 def write_results(dest: Path, results: dict) -> None:
@@ -452,6 +484,9 @@ def main():
                 results["device"] = data.get("device")
                 results["torch"] = data.get("torch")
                 results["workloads"] = data.get("workloads", {})
+                results["attention_settings"] = {
+                    k: data[k] for k in ("scale_mode", "rounds", "warmup_seconds",
+                                         "anchors_counted") if k in data}
             else:
                 results[part] = data
     measured = out / "measured.txt"  # the GPU tests' printed errors, one line per shape
@@ -464,11 +499,17 @@ def main():
     dest.mkdir(parents=True, exist_ok=True)
     previous = dest / "h200.json"  # its other keys (A/B runs, profiles) name their own commits
     if previous.exists():
-        for key, value in json.loads(previous.read_text()).items():
-            stale = ("commit_note", "measured_per_shape") + (  # a new run's tests replace it
-                ("tests_at_head",) if "tests" in results else ())
+        old = json.loads(previous.read_text())
+        carried = {}
+        for key, value in old.items():
+            stale = ("commit_note", "measured_per_shape", "carried_over") + (
+                ("tests_at_head",) if "tests" in results else ())  # a new run's tests replace it
             if key not in results and key not in stale:
                 results[key] = value
+                if key in MERGED_KEYS:
+                    carried[key] = old.get("carried_over", {}).get(key, old.get("commit", "?"))
+        if carried:
+            results["carried_over"] = carried
     write_results(dest, results)
     print(f"wrote {dest / 'h200.json'} and {dest / 'h200.md'}")
 
