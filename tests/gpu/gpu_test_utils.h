@@ -105,13 +105,28 @@ class DeviceBuffer {
     if (!host.empty())
       cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice);
   }
+  // A copy that fails (a sticky error after a faulting kernel, no allocation) is a test failure
+  // and reads as 0xFF bytes (NaN), never as the zeros of a fresh vector, which are legal
+  // outputs (O and gradients of rows without keys, amax of no keys).
   std::vector<T> download() const {
     std::vector<T> host(count_);
-    if (count_) cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost);
+    if (count_ == 0) return host;
+    const cudaError_t copied =
+        cudaMemcpy(host.data(), ptr_, count_ * sizeof(T), cudaMemcpyDeviceToHost);
+    if (copied != cudaSuccess) {
+      ADD_FAILURE() << "DeviceBuffer::download: " << cudaGetErrorString(copied);
+      std::memset(static_cast<void*>(host.data()), 0xFF, count_ * sizeof(T));
+    }
     return host;
   }
-  // Fills every byte with `byte` (0xFF makes BF16/FP32 NaN): outputs must overwrite it.
-  void poison(uint8_t byte = 0xFF) { cudaMemset(ptr_, byte, count_ * sizeof(T) + kGuardBytes); }
+  // Fills every byte with `byte` (0xFF makes BF16/FP32 NaN): outputs must overwrite it. A
+  // memset that fails (no allocation, a sticky error) is a test failure: unpoisoned outputs
+  // could hold legal values that no kernel wrote.
+  void poison(uint8_t byte = 0xFF) {
+    const cudaError_t filled = cudaMemset(ptr_, byte, count_ * sizeof(T) + kGuardBytes);
+    if (filled != cudaSuccess)
+      ADD_FAILURE() << "DeviceBuffer::poison: " << cudaGetErrorString(filled);
+  }
   // After poison(byte) and a kernel: whether the guard bytes past the end still hold `byte`
   // (a write past the end of the buffer changes them).
   bool guard_intact(uint8_t byte = 0xFF) const {

@@ -169,7 +169,11 @@ TEST_P(BackwardDeterminismTest, BitwiseRepeatable) {
   const BackwardRun first = k.device.run(c.precision, /*deterministic=*/true);
   ASSERT_EQ(first.launch, cudaSuccess) << cudaGetErrorString(first.launch);
   ASSERT_EQ(first.sync, cudaSuccess) << cudaGetErrorString(first.sync);
+  // All three: the repeats and the atomic run are compared with these bit for bit, which
+  // elements that no run wrote (NaN poison in each) would pass.
   ASSERT_EQ(count_not_finite(bits_to_float(first.dq)), 0u);
+  ASSERT_EQ(count_not_finite(bits_to_float(first.dk)), 0u);
+  ASSERT_EQ(count_not_finite(bits_to_float(first.dv)), 0u);
   for (int run = 1; run < kDeterministicRuns; ++run) {
     const BackwardRun again = k.device.run(c.precision, /*deterministic=*/true);
     ASSERT_EQ(again.sync, cudaSuccess);
@@ -182,6 +186,8 @@ TEST_P(BackwardDeterminismTest, BitwiseRepeatable) {
   EXPECT_TRUE(atomic.dv == first.dv);
   const ref::BackwardResult expected = k.expected(c.precision);
   EXPECT_LE(ref::rel_l2(bits_to_float(first.dq), expected.dq), kMaxErrorVsReference);
+  EXPECT_LE(ref::rel_l2(bits_to_float(first.dk), expected.dk), kMaxErrorVsReference);
+  EXPECT_LE(ref::rel_l2(bits_to_float(first.dv), expected.dv), kMaxErrorVsReference);
 }
 
 std::vector<BackwardCase> determinism_cases() {
@@ -280,6 +286,9 @@ void expect_poison_stays_out(const BackwardCase& c, const std::vector<int>& pois
   EXPECT_GT(count_not_finite(bits_to_float(token_rows(dirty_run.dq, p.heads_q, d, witness))), 0u);
   const std::vector<uint16_t> dq = token_rows(clean_run.dq, p.heads_q, d, q);
   EXPECT_EQ(count_not_finite(bits_to_float(dq)), 0u);
+  // dK and dV too: compared bitwise below, rows neither run wrote would be equal NaN poison.
+  EXPECT_EQ(count_not_finite(bits_to_float(token_rows(clean_run.dk, p.heads_kv, d, k_rows))), 0u);
+  EXPECT_EQ(count_not_finite(bits_to_float(token_rows(clean_run.dv, p.heads_kv, d, k_rows))), 0u);
   EXPECT_TRUE(token_rows(dirty_run.dq, p.heads_q, d, q) == dq) << "dQ " << clean;
   EXPECT_TRUE(token_rows(dirty_run.dk, p.heads_kv, d, k_rows) ==
               token_rows(clean_run.dk, p.heads_kv, d, k_rows))
@@ -366,7 +375,7 @@ TEST_P(BackwardProbabilityTest, RebuildsContractProbabilities) {
   const ref::Problem& problem = k.problem;
   const ref::internal::ScoreOperands score(problem, k.ops.fwd);
   const int total_q = problem.total_q(), total_k = problem.total_k();
-  size_t visible = 0, differ = 0, far = 0;
+  size_t visible = 0, differ = 0, far = 0, not_written = 0;
   std::vector<float> t(size_t(total_k) + 1), s(size_t(total_k) + 1);
   for (int h = 0; h < problem.heads_q; ++h)
     for (int b = 0; b < problem.batch(); ++b) {
@@ -380,6 +389,7 @@ TEST_P(BackwardProbabilityTest, RebuildsContractProbabilities) {
           const uint8_t want = e4m3_encode(score.shifted_exp2(h, i, k_begin + jj, t[jj], s[jj], m));
           // The hook writes P̂ * 2^(M - 8); M - 8 is an integer, the division exact.
           const float got_value = run.p_hat[(size_t(h) * total_q + i) * total_k + k_begin + jj];
+          not_written += !std::isfinite(got_value);  // the NaN poison of run()
           const uint8_t got = e4m3_encode(got_value * exp2_int(kSoftmaxOffset - int(m)));
           ++visible;
           if (got != want) {
@@ -392,6 +402,7 @@ TEST_P(BackwardProbabilityTest, RebuildsContractProbabilities) {
   std::printf("[backward %s] P̂ vs contract: %zu of %zu visible elements differ (%.3g)\n",
               c.name.c_str(), differ, visible, visible ? double(differ) / visible : 0.0);
   EXPECT_GT(visible, 0u);
+  EXPECT_EQ(not_written, 0u) << "visible P̂ not written by the debug hook";
   EXPECT_EQ(far, 0u) << "P̂ differs by more than one E4M3 step";
   // against the CPU contract (exact S): flips at E4M3 rounding boundaries, measured <= 1.1e-3
   EXPECT_LE(double(differ), 2e-3 * double(visible) + 1.0);

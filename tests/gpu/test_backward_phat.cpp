@@ -55,7 +55,13 @@ ForwardRun run_forward_kernel(const ref::Problem& problem, const HostOperands& o
   DeviceBuffer<float> lse(rows), stats(rows * 2);
   const size_t p_hat_count = rows * problem.total_k();
   DeviceBuffer<float> p_hat(p_hat_count);
-  cudaMemset(p_hat.get(), 0, p_hat_count * sizeof(float));
+  // NaN, not 0: the hooks write only visible pairs, and a visible P̂ that neither the forward's
+  // nor the backward's hook wrote read as 0 in both, equal and "subnormal", so never counted.
+  // O and {M, l} (the backward's inputs) poisoned too, so that a row not written is seen.
+  p_hat.poison();
+  o.poison();
+  lse.poison();
+  stats.poison();
 
   ForwardKernelArgs args;
   args.shape = packed_shape_of(problem, cu_q.get(), cu_k.get());
@@ -93,6 +99,7 @@ TEST_P(BackwardForwardProbabilityTest, BackwardSeesForwardProbabilities) {
   const ref::Inputs inputs = make_case_inputs(c, problem);
   const ref::ForwardOperandsRef fwd_ops = ref::quantize_forward_operands(problem, inputs);
   const ForwardRun forward = run_forward_kernel(problem, {fwd_ops, {}});
+  ASSERT_EQ(count_not_finite(forward.stats), 0u) << "the forward's {M, l} not written";
 
   const HostOperands ops = make_host_operands(problem, inputs, forward.o, forward.stats);
   DeviceBackwardProblem device(problem, inputs, ops, forward.stats);
@@ -101,6 +108,7 @@ TEST_P(BackwardForwardProbabilityTest, BackwardSeesForwardProbabilities) {
 
   const int total_q = problem.total_q(), total_k = problem.total_k();
   size_t normal = 0, normal_differ = 0, subnormal = 0, subnormal_differ = 0;
+  size_t forward_not_written = 0, backward_not_written = 0;  // visible P̂ still NaN poison
   for (int h = 0; h < problem.heads_q; ++h)
     for (int b = 0; b < problem.batch(); ++b)
       for (int i = problem.cu_seqlens_q[b]; i < problem.cu_seqlens_q[b + 1]; ++i) {
@@ -113,6 +121,8 @@ TEST_P(BackwardForwardProbabilityTest, BackwardSeesForwardProbabilities) {
         for (int jj = first; jj < keys; ++jj) {
           const size_t at = (size_t(h) * total_q + i) * total_k + problem.cu_seqlens_k[b] + jj;
           const float f = forward.p_hat[at] * unit, g = backward.p_hat[at] * unit;
+          forward_not_written += !std::isfinite(f);
+          backward_not_written += !std::isfinite(g);
           const bool differs = f != g;
           if (std::max(f, g) >= kE4M3MinNormal) {
             ++normal;
@@ -129,6 +139,8 @@ TEST_P(BackwardForwardProbabilityTest, BackwardSeesForwardProbabilities) {
       c.name.c_str(), normal_differ, normal, normal ? double(normal_differ) / normal : 0.0,
       subnormal_differ, subnormal, subnormal ? double(subnormal_differ) / subnormal : 0.0);
   EXPECT_GT(normal, 0u);
+  EXPECT_EQ(forward_not_written, 0u) << "visible P̂ the forward's hook did not write";
+  EXPECT_EQ(backward_not_written, 0u) << "visible P̂ the backward's hook did not write";
   EXPECT_LE(double(normal_differ), kMaxNormalRangeMismatch * double(normal) + 1.0);
 }
 

@@ -204,7 +204,9 @@ class DeviceBackwardProblem {
     const size_t p_hat_count = debug_p_hat ? size_t(p_.heads_q) * p_.total_q() * p_.total_k() : 0;
     DeviceBuffer<float> p_hat(p_hat_count);
     if (debug_p_hat) {
-      cudaMemset(p_hat.get(), 0, p_hat_count * sizeof(float));
+      // NaN, not 0: the hook writes only visible pairs, and a visible P̂ it skipped must not read
+      // as 0 (a legal P̂, and what an unwritten element of the forward's hook read as too).
+      p_hat.poison();
       a.debug_p_hat = p_hat.get();
     }
     BackwardRun r;

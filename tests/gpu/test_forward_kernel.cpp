@@ -163,8 +163,11 @@ TEST_P(ForwardKernelTest, MatchesReference) {
   const double lse_mean_err = lse_rows > 0 ? lse_err_sum / lse_rows : 0.0;
   EXPECT_LE(lse_err, flip_bound);
   EXPECT_LE(lse_mean_err, 2e-3);
-  int m_mismatch = 0, l_outside = 0;
+  int m_mismatch = 0, l_outside = 0, stats_not_finite = 0;
   for (size_t i = 0; i < gpu.stats.size(); i += 2) {
+    // A poisoned (NaN) M would otherwise count only as one of the tolerated M mismatches, and
+    // skip the l check with it: every row's {M, l} must be written and finite.
+    stats_not_finite += !std::isfinite(gpu.stats[i]) || !std::isfinite(gpu.stats[i + 1]);
     m_mismatch += gpu.stats[i] != expected.softmax_stats[i];
     // l (what the backward rebuilds P from, read by no other check): where M agrees, within the
     // same E4M3 flips as LSE; {0, 0} exactly where the reference has it.
@@ -175,6 +178,7 @@ TEST_P(ForwardKernelTest, MatchesReference) {
       l_outside += !(std::fabs(std::log(double(l_gpu) / double(l_ref))) <= flip_bound);
     }
   }
+  EXPECT_EQ(stats_not_finite, 0) << "{M, l} rows not finite / not written";
   EXPECT_LE(m_mismatch, int(gpu.stats.size() / 2 / 100 + 1)) << "integer offsets M differ";
   EXPECT_EQ(l_outside, 0) << "row sums l off the reference's";
   std::printf(

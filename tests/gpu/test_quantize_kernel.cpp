@@ -29,6 +29,11 @@ namespace {
 constexpr uint8_t kValuePoison = 0xFF;     // E4M3 -NaN: never produced from finite inputs
 constexpr uint8_t kExponentPoison = 0x7F;  // exponent 127: never produced (e <= 120)
 constexpr uint8_t kFloatPoison = 0xFF;     // FP32 NaN
+// The second side of a comparison between two kernels on non-finite inputs (where 0xFF, E4M3
+// -NaN, is a legal output): E4M3 +NaN, exponent 126 (never produced), FP32 -1.7e38.
+constexpr uint8_t kComparisonValuePoison = 0x7F;
+constexpr uint8_t kComparisonExponentPoison = 0x7E;
+constexpr uint8_t kComparisonFloatPoison = 0xFE;
 
 // ---- Random inputs ---------------------------------------------------------------------------
 
@@ -181,6 +186,12 @@ struct DeviceCopy {
       : values(value_bytes), exponents(size_t(heads) * tokens) {
     values.poison(kValuePoison);
     exponents.poison(kExponentPoison);
+  }
+  // For the side of a kernel-against-kernel comparison: poison unlike the other side's, so that
+  // an element neither kernel writes differs instead of comparing equal poison to poison.
+  void repoison_for_comparison() {
+    values.poison(kComparisonValuePoison);
+    exponents.poison(kComparisonExponentPoison);
   }
   Fp8Copy copy() const { return {values.get(), exponents.get()}; }
 };
@@ -817,6 +828,18 @@ TEST(QuantizeKernel, Deterministic) {
       first_values = d_o_scaled_t.values.download();
       first_delta = delta.download();
       first_shift = lse_shift.download();
+      // The first run against the reference: the second is compared with it bit for bit, which
+      // outputs that neither run wrote (the same poison in both) would pass.
+      const ref::ForwardOperandsRef fwd = ref::quantize_forward_operands(data.problem, data.inputs);
+      const ref::BackwardOperandsRef want =
+          ref::quantize_backward_operands(data.problem, data.inputs, fwd, data.o, data.stats);
+      expect_bytes_equal("dO''ᵀ", first_values, want.d_o_scaled_t, [&](size_t i) {
+        return token_major_at(i, c.head_dim, padded_tokens(tq));
+      });
+      expect_sums_close("delta", first_delta, want.delta, delta_bounds(data, want.d_o),
+                        kDotTolerance);
+      expect_sums_close("lse_shift", first_shift, fwd.lse_shift, lse_shift_bounds(data),
+                        kDotTolerance);
     } else {
       EXPECT_EQ(d_o_scaled_t.values.download(), first_values);
       const std::vector<float> delta2 = delta.download(), shift2 = lse_shift.download();
@@ -943,6 +966,9 @@ TEST(QuantizeKernel, TokenScaleKernelMatchesTheGeneralOneOnNonFiniteInputs) {
   for (const ScaleMode mode : {ScaleMode::kExact, ScaleMode::kStatic}) {
     SCOPED_TRACE(mode == ScaleMode::kStatic ? "static" : "exact");
     ForwardCopies general(c, tq, tk), token_scale(c, tq, tk);
+    token_scale.q_hat.repoison_for_comparison();
+    token_scale.k_hat.repoison_for_comparison();
+    token_scale.v_hat_t.repoison_for_comparison();
     DeviceBuffer<float> general_amax(std::vector<float>(2 * c.heads_kv, 0.0f));
     DeviceBuffer<float> token_scale_amax(std::vector<float>(2 * c.heads_kv, 0.0f));
     for (ForwardCopies* out : {&general, &token_scale}) {
@@ -973,6 +999,9 @@ TEST(QuantizeKernel, TokenScaleKernelMatchesTheGeneralOneOnNonFiniteInputs) {
     for (size_t i = 0; i < want_amax.size(); ++i) {
       EXPECT_EQ(float_bits(got_amax[i]), float_bits(want_amax[i])) << "kv_amax " << i;
       EXPECT_FALSE(std::isnan(got_amax[i])) << "kv_amax " << i;
+      // Both start at 0 (the caller zeroes kv_amax): every K and V head has non-zero inputs,
+      // so a 0 in both means neither kernel wrote it.
+      EXPECT_GT(want_amax[i], 0.0f) << "kv_amax " << i << " not written";
     }
   }
 }
@@ -1018,6 +1047,9 @@ TEST(QuantizeKernel, GradientTokenKernelMatchesTheGeneralOneOnNonFiniteInputs) {
                        poisoned_floats(size_t(c.heads_q) * tq * dim)};
       };
       Outputs general = outputs(), token = outputs();
+      token.d_o_hat.repoison_for_comparison();
+      token.d_o_scaled_t.repoison_for_comparison();
+      token.delta.poison(kComparisonFloatPoison);
       for (Outputs* out : {&general, &token}) {
         QuantizeBackwardArgs args = in.backward_args(data, c.mode);
         args.out.d_o = out->d_o_hat.copy();
