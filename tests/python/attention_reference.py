@@ -6,6 +6,9 @@
   scales per token or per document-local 32-token block, integer row maximum M, quantized P̂,
   l summed over the same P̂), as the C++ reference computes it. The kernels must match it to
   within the tolerances of §7, far tighter than their distance from float64.
+- `rel_l2`: relative L2 distance of two tensors of one shape.
+- `poison_cuda_allocator`: a value left in every free block of torch's CUDA caching allocator,
+  so that GPU tests see the outputs a kernel forgot to write.
 """
 
 from __future__ import annotations
@@ -157,6 +160,56 @@ def contract_forward(q, k, v, cu_seqlens_q, cu_seqlens_k, softmax_scale, causal,
 
 
 def rel_l2(x: torch.Tensor, reference: torch.Tensor) -> float:
+    # Same shape and non-empty: an empty pair gave 0 (any bound passed), and x - reference
+    # broadcast a slice of the wrong shape into a comparison that could pass.
+    assert x.shape == reference.shape, (x.shape, reference.shape)
+    assert reference.numel() > 0, "rel_l2 of empty tensors checks nothing"
     x, reference = x.double(), reference.double()
     return float(torch.linalg.vector_norm(x - reference)
                  / torch.linalg.vector_norm(reference).clamp_min(1e-30))
+
+
+# ---- poisoning the CUDA caching allocator --------------------------------------------------------
+
+# torch's CUDA caching allocator serves requests of at most 1 MiB from a pool of its own (2 MiB
+# segments), larger ones from another; each request gets the smallest free block of its pool that
+# fits (c10/cuda/CUDACachingAllocator.cpp).
+SMALL_POOL_MAX_BYTES = 1 << 20
+
+
+def poison_cuda_allocator(fill: float, nbytes: int, device=None) -> None:
+    """Leaves `fill` (as float32) in every free block of the caching allocator on `device` (the
+    current one by default) and in a block of at least `nbytes`, so that whatever the next
+    allocations get holds `fill` unless they outgrow that.
+
+    One large filled tensor is not enough: best fit hands an output any smaller free block that
+    fits (stale data from earlier tensors, or a fresh cudaMalloc's zeros) before the filled one,
+    and outputs of at most 1 MiB (every LSE of the tests) come from the small pool, which a large
+    tensor never touches. So the `nbytes` block is taken first, then every free block
+    (torch.cuda.memory_snapshot) by a request of its own size, largest first, so that best fit
+    gives each request a block of exactly that size (small-pool blocks in pieces of at most
+    1 MiB); all are filled, then freed together."""
+    device = torch.device("cuda") if device is None else torch.device(device)
+    index = torch.cuda.current_device() if device.index is None else device.index
+    device = torch.device("cuda", index)
+
+    def filled(size: int) -> torch.Tensor:
+        return torch.full((size // 4,), fill, dtype=torch.float32, device=device)
+
+    held = [filled(nbytes)]
+    pieces = []
+    for segment in torch.cuda.memory_snapshot():
+        if segment.get("device", index) != index:
+            continue
+        small = segment["segment_type"] == "small"
+        for block in segment["blocks"]:
+            if block["state"] != "inactive":
+                continue
+            size = block["size"]  # a multiple of 512 bytes, as every request is rounded
+            while size > 0:
+                piece = min(size, SMALL_POOL_MAX_BYTES) if small else size
+                pieces.append(piece)
+                size -= piece
+    held += [filled(size) for size in sorted(pieces, reverse=True)]
+    torch.cuda.synchronize(device)
+    del held

@@ -26,7 +26,7 @@ import flamia
 from flamia import context_parallel as cp
 from flamia.context_parallel import (ShardPlan, TorchBlockKernel, merge_partial,
                                      shard_packed_batch, simulate_ring_attention, true_visibility)
-from attention_reference import attention_f64, rel_l2
+from attention_reference import attention_f64, poison_cuda_allocator, rel_l2
 
 F64 = torch.float64
 BF16 = torch.bfloat16
@@ -38,6 +38,14 @@ AWKWARD_RING = [1, 17, 113, 0, 700, 64, 2, 300, 1025]
 EXACT_F64 = 1e-9  # the float64 ring against float64 attention: rounding only
 # Ring (flamia kernels, simulated ranks) against single-GPU flamia on the same inputs.
 RING_O_BOUND, RING_GRAD_BOUND = 2e-2, 5e-2
+# The ring's LSE against the single GPU's: each rank's forward quantizes P̂ against its own key
+# block's running max, so a row's l sums other E4M3 roundings than the single GPU's. On rows
+# with few keys that moves LSE by up to one E4M3 step of the top binade, ln(1 + 1/8); on
+# average far less (test_gpu.py's LSE_FLIP_BOUND and CONTRACT_LSE_MEAN_BOUND, the same
+# mechanism). A max of 1e-2 held for the first seeds and failed at FLAMIA_TEST_SEED=99973529
+# (fp8, long_tail, 4 ranks: 0.0188; session 43, H200).
+RING_LSE_MAX_BOUND = math.log(1.0 + 1.0 / 8.0) + 1e-3
+RING_LSE_MEAN_BOUND = 2e-3
 
 
 def small_split(world):
@@ -563,10 +571,19 @@ GPU_CASES = {
 }
 
 
-def _poison_allocator(nbytes=1 << 28):
-    """NaN in the caching allocator's free blocks, so unwritten outputs show as NaN."""
-    torch.full((nbytes // 4,), math.nan, dtype=torch.float32, device="cuda")
-    torch.cuda.synchronize()
+# The single-GPU call on "long_tail" (19k tokens) allocates 273 MiB while it runs ("doc16k": 231;
+# O, the saved operands, dQ, dK, dV, the backward's workspace with its FP32 dQ buffer), more than
+# the 256 MiB once given (that workspace, allocated last, fell outside it). 1 GiB: the same with
+# room for the simulated ranks' accumulators beside their block calls.
+POISON_BYTES = 1 << 30
+
+
+def _poison_allocator(nbytes=POISON_BYTES):
+    """NaN in every free block of the caching allocator and in one of at least `nbytes`
+    (attention_reference.poison_cuda_allocator), so unwritten outputs show as NaN. (A single NaN
+    tensor reached no output of 1 MiB or less, every LSE among them, nor any that fit a smaller
+    free block.)"""
+    poison_cuda_allocator(math.nan, nbytes)
 
 
 def _gpu_inputs(seqlens, seed, heads_q=8, heads_kv=2, dim=128, device="cuda"):
@@ -615,7 +632,9 @@ def _assert_close_to_single_gpu(ring, single):
     errors = {n: rel_l2(ring[n], single[n]) for n in ("out", "dq", "dk", "dv")}
     assert errors["out"] <= RING_O_BOUND, errors
     assert max(errors["dq"], errors["dk"], errors["dv"]) <= RING_GRAD_BOUND, errors
-    assert (ring["lse"] - single["lse"]).abs().max() <= 1e-2, errors
+    lse_diff = (ring["lse"] - single["lse"]).abs()
+    assert lse_diff.max() <= RING_LSE_MAX_BOUND, (lse_diff.max(), errors)
+    assert lse_diff.mean() <= RING_LSE_MEAN_BOUND, (lse_diff.mean(), errors)
     return errors
 
 

@@ -17,7 +17,8 @@ import pytest
 import torch
 
 import flamia
-from attention_reference import attention_f64, contract_forward, doc_bounds, rel_l2
+from attention_reference import (attention_f64, contract_forward, doc_bounds,
+                                 poison_cuda_allocator, rel_l2)
 
 BF16 = torch.bfloat16
 DEVICE = "cuda"
@@ -43,6 +44,8 @@ def _fresh(seed):
 def assert_lse_matches_the_contract(lse, emulated_lse):
     finite = torch.isfinite(emulated_lse)
     assert torch.equal(torch.isfinite(lse), finite)
+    # (the non-finite ones too: -inf, not a NaN, where the contract has no key)
+    assert torch.equal(lse[~finite], emulated_lse[~finite])
     diff = (lse[finite] - emulated_lse[finite]).abs()
     assert diff.mean() <= CONTRACT_LSE_MEAN_BOUND, diff.mean()
     assert diff.max() <= LSE_FLIP_BOUND, diff.max()
@@ -81,12 +84,14 @@ def _sync():
 
 
 def _poison_allocator(fill=math.nan, *, nbytes=1 << 28):
-    """Leaves `fill` in the caching allocator's free blocks, so outputs the library forgot to
-    write show up (best effort: later allocations usually reuse these blocks): NaN where finite
-    outputs are expected, 0 where NaN outputs are (a forgotten NaN output would pass otherwise)."""
+    """Leaves `fill` in every free block of the caching allocator and in one of at least `nbytes`
+    (attention_reference.poison_cuda_allocator), so outputs the library forgot to write show up,
+    as long as the call allocates no more than that: NaN where finite outputs are expected, 0
+    where NaN outputs are (a forgotten NaN output would pass otherwise). A single NaN tensor of
+    `nbytes` reached no output of 1 MiB or less (every LSE) and none that fit a smaller free
+    block."""
     assert math.isnan(fill) or fill == 0.0, f"poison is NaN or 0, not {fill}"
-    torch.full((nbytes // 4,), fill, dtype=torch.float32, device=DEVICE)
-    _sync()
+    poison_cuda_allocator(fill, nbytes, DEVICE)
 
 
 def make(seqlens_q, seqlens_k=None, heads_q=8, heads_kv=2, head_dim=128, seed=0,
@@ -491,7 +496,8 @@ def test_nan_in_one_document_is_never_a_finite_wrong_value(tensor, scale_mode, h
     t = p[tensor].clone()
     t[token, 0, 7] = math.nan  # query head 0, or KV head 0 (query heads 0 .. 3)
     p[tensor] = t
-    poisoned = run(p, None, causal=True, scale_mode=scale_mode)
+    # Poison 0, not NaN: non-finite rows pass below, so a row left unwritten over NaN would too.
+    poisoned = run(p, None, poison=0.0, causal=True, scale_mode=scale_mode)
     (o_clean, lse_clean), (o_bad, lse_bad) = _row_bits(clean), _row_bits(poisoned)
     unchanged = (o_clean == o_bad).all(-1) & (lse_clean == lse_bad)
     non_finite = ~torch.isfinite(poisoned["out"].float()).all(-1) | torch.isnan(
@@ -558,6 +564,7 @@ def test_training_forward_keeps_its_operands_and_changes_no_bit(scale_mode, key_
                                         key_smoothing=smoothing)
     held = {t.data_ptr() for t in graph_out.grad_fn.saved_tensors
             if t is not None and t.numel() > 0}
+    assert held, "no saved tensor found: the check below would pass whatever is held"
     assert not held & {p[n].data_ptr() for n in ("q", "k", "v")}
 
 
@@ -614,6 +621,16 @@ def test_flash_attn_interface_matches_attn_varlen_func():
     assert torch.equal(out, expected["out"])
     for i, name in enumerate(("q", "k", "v")):
         assert torch.equal(qkv.grad[:, i], expected["d" + name]), name
+
+    q = p["q"].detach().requires_grad_()
+    kv = torch.stack([p[n].detach() for n in ("k", "v")], dim=1).requires_grad_()
+    out = fa.flash_attn_varlen_kvpacked_func(q, kv, *args[3:], 0.0, 0.1, True,
+                                             deterministic=True)
+    out.backward(dout)
+    assert torch.equal(out, expected["out"])
+    assert torch.equal(q.grad, expected["dq"])
+    for i, name in enumerate(("k", "v")):
+        assert torch.equal(kv.grad[:, i], expected["d" + name]), name
 
 
 def test_batched_matches_varlen():
@@ -782,6 +799,15 @@ ORDER_BOUND = 1e-3  # dQ added in another order (FP32 rounding only)
 REFERENCE_MAX_TOKENS = 2048  # float64 attention of longer documents at 128 heads needs ~100 GB
 
 
+# NaN left for the packed call of test_offsets_beyond_32_bits: its allocations live at once add
+# up to 28-29 GiB (the forward's O and saved operands 9.6-9.8, dQ, dK, dV 5.2, the backward's
+# workspace 13.2-13.8 with its FP32 dQ buffer of 8.8-9.4 and dO's two FP8 copies), allocated in
+# that order: the 16 GiB given before left the whole workspace, dQ buffer included, in fresh
+# memory. (32 GiB reserves ~3 GiB more than 16 GiB and that fresh workspace did.)
+LARGE_POISON_BYTES = 1 << 35
+# The forward and backward of test_one_document_of_256k_tokens allocate 3.6 GiB (head_dim 128).
+LONG_POISON_BYTES = 1 << 33
+
 # The two largest tests hold ~80 GiB at their peak: they ran out of memory on an H100's 79 GiB
 # (session 43) and pass on the H200's 139 GiB
 LARGE_TEST_GPU_GIB = 100
@@ -808,7 +834,7 @@ def test_offsets_beyond_32_bits(head_dim, heads_q, heads_kv):
     dout = torch.randn_like(p["q"])
     options = dict(causal=True, deterministic=True)
     torch.cuda.empty_cache()
-    _poison_allocator(nbytes=1 << 34)  # 16 GB of NaN: covers the outputs and the dQ buffer
+    _poison_allocator(nbytes=LARGE_POISON_BYTES)
     packed = run(p, dout, **options)
     assert_finite(packed)
     bounds = doc_bounds(p["cu_seqlens_q"])
@@ -854,6 +880,8 @@ def test_one_document_of_256k_tokens(head_dim):
     n, tail = LONG_DOCUMENT, LONG_TAIL_ROWS
     p = make([n], heads_q=8, heads_kv=2, head_dim=head_dim, seed=11)
     dout = torch.randn_like(p["q"])
+    torch.cuda.empty_cache()
+    _poison_allocator(nbytes=LONG_POISON_BYTES)  # run's own 256 MiB would not reach most outputs
     packed = run(p, dout, causal=True)
     assert_finite(packed)
 
@@ -882,12 +910,14 @@ def test_one_document_of_256k_tokens(head_dim):
 
 
 def test_no_keys_and_no_queries():
-    _poison_allocator()  # the zeros below must be written
     p = make([0, 0], [4, 9], heads_q=4, heads_kv=4, head_dim=64)
     out, lse = flamia.attn_varlen_func(p["q"], p["k"], p["v"], p["cu_seqlens_q"],
                                        p["cu_seqlens_k"], 0, 9, return_lse=True)
     assert out.shape == (0, 4, 64) and lse.shape == (4, 0)
     p = make([3, 5], [0, 0], heads_q=4, heads_kv=4, head_dim=64)
+    # After make (whose freed temporaries would otherwise be the outputs' memory): the zeros
+    # below must be written.
+    _poison_allocator()
     out, lse = flamia.attn_varlen_func(p["q"], p["k"], p["v"], p["cu_seqlens_q"],
                                        p["cu_seqlens_k"], 5, 0, return_lse=True)
     assert (out == 0).all() and (lse == -math.inf).all()
