@@ -25,13 +25,18 @@ def test_bash_script_parses(script):
     assert result.returncode == 0, result.stderr
 
 
-def run_patch_ab(*args: str) -> subprocess.CompletedProcess:
+def run_patch_ab(*args: str, tests: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TESTS"}
+    if tests is not None:
+        env["TESTS"] = tests
     return subprocess.run(["bash", str(ROOT / "scripts" / "patch-ab"), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, env=env)
 
 
-def test_patch_ab_without_variants_prints_its_usage():
-    result = run_patch_ab()
+# (no variant builds main alone only when TESTS names main: its tests for a device call)
+@pytest.mark.parametrize("tests", [None, "", "fold", "mainly,x"])
+def test_patch_ab_without_variants_prints_its_usage(tests):
+    result = run_patch_ab(tests=tests)
     assert result.returncode == 2
     assert "NAME=PATCH[+PATCH...]" in result.stdout
 
