@@ -163,7 +163,8 @@ def time_in_rounds(runs, rounds):
     workload: on the H200 one measurement moves by up to 15% with what ran just before
     (session 28: FlashAttention-4's forward on uniform 1.106 ms in one run, 1.265 in the next,
     flamia's 1.651 and 1.519). A run returning None (cuDNN with unequal documents) is left
-    out."""
+    out; one that raises in a later round keeps no time from the earlier ones (it is reported as
+    failed, not both timed and failed)."""
     best, errors = {}, {}
     names = list(runs)
     for r in range(rounds):
@@ -171,7 +172,9 @@ def time_in_rounds(runs, rounds):
             if name in errors:
                 continue
             times = run_baseline(name, runs[name], errors)
-            if times is not None:
+            if name in errors:
+                best.pop(name, None)
+            elif times is not None:
                 best[name] = tuple(map(min, best[name], times)) if name in best else times
     return best, errors
 
@@ -502,9 +505,14 @@ def main():
         rec["flamia_options_fwd_ms"] = {"qk_rotation=hadamard": varied["qk_rotation=hadamard"][0]}
         baselines = {b: {"fwd_ms": fwd, "fwdbwd_ms": fb} for b, (fwd, fb) in timed.items()}
         # FP8 baselines (kernel alone; not BF16, so not in best_bf16_*)
-        fp8_ms = run_baseline("cudnn_fp8", lambda: bench_cudnn_fp8(q, k, v, w["doc_lens"]), errors)
+        # (its failure reported apart from the BF16 baselines': it is not one of them)
+        fp8_errors = {}
+        fp8_ms = run_baseline("cudnn_fp8", lambda: bench_cudnn_fp8(q, k, v, w["doc_lens"]),
+                              fp8_errors)
         if fp8_ms is not None:
             rec["fp8_baselines"] = {"cudnn_fp8": {"fwd_kernel_ms": fp8_ms}}
+        if fp8_errors:
+            rec["fp8_baseline_errors"] = fp8_errors
         # anchors (FlashAttention-3 etc. measured on an H200), as ms of this workload; counted
         # only on the GPU model they were measured on (an H100 run is compared with its own
         # baselines alone)

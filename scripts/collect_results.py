@@ -349,6 +349,11 @@ def markdown(results: dict) -> str:
                 lines.append(f"| {name} | {label} | {r['fwd_kernel_ms']:.3f} | "
                              f"{mine:.3f} |" if mine else f"| {name} | {label} | "
                              f"{r['fwd_kernel_ms']:.3f} | - |")
+    fp8_failed = [f"- {name}: cuDNN FP8{failed_baselines(r['fp8_baseline_errors'])}"
+                  for name, r in work.items() if r.get("fp8_baseline_errors")]
+    if fp8_failed:
+        lines += ["", "FP8 baselines that raised (not BF16 baselines: no ratio used them):", "",
+                  *fp8_failed]
     if results.get("training_step_profile"):
         lines += training_step_table(results["training_step_profile"])
     extra = results.get("attention_extra", {}).get("workloads", {})

@@ -185,6 +185,25 @@ def test_workload_table_names_the_baselines_that_failed():
     assert row == "- w: flex 2.200/7.700 (fwd/fwd+bwd ms)"
 
 
+def test_markdown_names_a_failed_fp8_baseline_apart_from_the_bf16_ones():
+    """cuDNN's FP8 forward (not a BF16 baseline) that raised is listed on its own line in
+    h200.md, not among the BF16 baselines a speedup was taken without."""
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import collect_results
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    r = {"flamia_fwd_ms": 2.0, "flamia_fwd_tflops": 500.0, "flamia_fwdbwd_ms": 7.0,
+         "flamia_fwdbwd_tflops": 500.0, "best_bf16_fwd_ms": 2.2, "best_bf16_fwd_name": "flex",
+         "speedup_fwd": 1.1, "best_bf16_fwdbwd_ms": 7.7, "best_bf16_fwdbwd_name": "flex",
+         "speedup_fwdbwd": 1.1, "baselines": {"flex": {"fwd_ms": 2.2, "fwdbwd_ms": 7.7}},
+         "fp8_baseline_errors": {"cudnn_fp8": "ImportError: No module named 'cudnn'"}}
+    text = collect_results.markdown({"workloads": {"w": r}})
+    assert "- w: flex 2.200/7.700 (fwd/fwd+bwd ms)\n" in text  # no BF16 failure named
+    assert ("- w: cuDNN FP8; failed, not timed: cudnn_fp8 (ImportError: No module named "
+            "'cudnn')") in text
+
+
 def write_stamps(path, slots: dict[int, list[int]]) -> None:
     """A timeline file (kernels/common/timeline.h: 65536 slots x 16 uint64) with `slots` set."""
     import struct
@@ -277,6 +296,27 @@ def test_time_in_rounds_alternates_order_and_keeps_the_best():
     assert best == {"a": (1.5, 8.0), "c": (4.0, 4.0)}
     assert errors == {"broken": "ValueError: no kernel for this shape"}
     assert calls == ["a", "broken", "absent", "c", "c", "absent", "a", "a", "absent", "c"]
+
+
+def test_time_in_rounds_drops_a_backend_that_fails_in_a_later_round():
+    """A backend timed in round 1 that raises in round 2 is reported as failed and its round-1
+    time is not kept: one result, not both a best time and an error, and no time from a backend
+    that did not run every round."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import bench_attention
+
+    outcomes = iter([(1.0, 2.0), RuntimeError("out of memory")])
+
+    def flaky():
+        outcome = next(outcomes)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    best, errors = bench_attention.time_in_rounds(
+        {"steady": lambda: (3.0, 4.0), "flaky": flaky}, 2)
+    assert best == {"steady": (3.0, 4.0)}
+    assert errors == {"flaky": "RuntimeError: out of memory"}
 
 
 def test_collect_results_keeps_and_renders_the_power_state(tmp_path):
