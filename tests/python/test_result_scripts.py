@@ -63,6 +63,33 @@ def test_collect_results_merge_keeps_previous_keys(tmp_path):
     assert "commit_note" not in merged  # the note described the old run
     table = (results / "h200.md").read_text()
     assert "Tests: 3 passed" in table and "| w | 1.000 (500) |" in table
+    assert "carried_over" not in merged  # everything measured came from this run
+
+
+def test_collect_results_merge_names_what_it_carried_over(tmp_path):
+    """A merge whose OUT lacks a part h200.json had (here the tests and the quantize pass) keeps
+    it, but under carried_over with the commit that measured it, and h200.md says so; through a
+    second merge the first commit stays, not the merge's in between."""
+    out = tmp_path / "out"
+    out.mkdir()
+    timing = {"ms": 1.0, "tflops": 500.0}
+    (out / "kernels.json").write_text(json.dumps({"workloads": {"w": {
+        "forward": timing, "backward": {"fp8": timing, "fp8-bf16grad": timing,
+                                        "deterministic": timing}}}}))
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "h200.json").write_text(json.dumps({
+        "commit": "old", "tests": {"passed": 9, "failed": 0, "skipped": 0},
+        "quantize": {"jobs": {}}}))
+    for commit in ("new", "newer"):
+        run(str(SCRIPTS / "collect_results.py"), "merge", str(out), "--commit", commit,
+            "--results", str(results))
+        merged = json.loads((results / "h200.json").read_text())
+        assert merged["commit"] == commit
+        assert merged["tests"]["passed"] == 9  # kept ...
+        assert merged["carried_over"] == {"tests": "old", "quantize": "old"}  # ... and named
+        table = (results / "h200.md").read_text()
+        assert "kept from an earlier h200.json: tests (commit old); quantize (commit old)" in table
 
 
 def test_collect_results_keep_stores_a_baselines_run(tmp_path):
