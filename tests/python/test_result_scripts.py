@@ -188,6 +188,16 @@ def test_markdown_renders_baseline_runs():
     assert "## Non-causal" not in text
 
 
+def workload_row(**extra) -> dict:
+    """One workload of bench_attention.py's JSON: flamia 2.0 / 7.0 ms, FlexAttention the
+    fastest BF16 baseline at 1.1x, plus `extra`."""
+    return {"flamia_fwd_ms": 2.0, "flamia_fwd_tflops": 500.0, "flamia_fwdbwd_ms": 7.0,
+            "flamia_fwdbwd_tflops": 500.0, "best_bf16_fwd_ms": 2.2, "best_bf16_fwd_name": "flex",
+            "speedup_fwd": 1.1, "best_bf16_fwdbwd_ms": 7.7, "best_bf16_fwdbwd_name": "flex",
+            "speedup_fwdbwd": 1.1, "baselines": {"flex": {"fwd_ms": 2.2, "fwdbwd_ms": 7.7}},
+            **extra}
+
+
 def test_workload_table_names_the_baselines_that_failed():
     """collect_results.workload_table: a BF16 baseline that raised in bench_attention.py
     (baseline_errors: FlashAttention-4 without its wheels, say) is named in h200.md, so a
@@ -197,11 +207,8 @@ def test_workload_table_names_the_baselines_that_failed():
         import collect_results
     finally:
         sys.path.remove(str(SCRIPTS))
-    r = {"flamia_fwd_ms": 2.0, "flamia_fwd_tflops": 500.0, "flamia_fwdbwd_ms": 7.0,
-         "flamia_fwdbwd_tflops": 500.0, "best_bf16_fwd_ms": 2.2, "best_bf16_fwd_name": "flex",
-         "speedup_fwd": 1.1, "best_bf16_fwdbwd_ms": 7.7, "best_bf16_fwdbwd_name": "flex",
-         "speedup_fwdbwd": 1.1, "baselines": {"flex": {"fwd_ms": 2.2, "fwdbwd_ms": 7.7}},
-         "baseline_errors": {"fa4": "RuntimeError: FA4_SITE not set\n(scripts/fetch-fa4-wheels)"}}
+    r = workload_row(baseline_errors={
+        "fa4": "RuntimeError: FA4_SITE not set\n(scripts/fetch-fa4-wheels)"})
     lines = collect_results.workload_table({"w": r})
     row = next(line for line in lines if line.startswith("- w:"))
     assert row == ("- w: flex 2.200/7.700 (fwd/fwd+bwd ms); failed, not timed: fa4 "
@@ -220,11 +227,7 @@ def test_markdown_names_a_failed_fp8_baseline_apart_from_the_bf16_ones():
         import collect_results
     finally:
         sys.path.remove(str(SCRIPTS))
-    r = {"flamia_fwd_ms": 2.0, "flamia_fwd_tflops": 500.0, "flamia_fwdbwd_ms": 7.0,
-         "flamia_fwdbwd_tflops": 500.0, "best_bf16_fwd_ms": 2.2, "best_bf16_fwd_name": "flex",
-         "speedup_fwd": 1.1, "best_bf16_fwdbwd_ms": 7.7, "best_bf16_fwdbwd_name": "flex",
-         "speedup_fwdbwd": 1.1, "baselines": {"flex": {"fwd_ms": 2.2, "fwdbwd_ms": 7.7}},
-         "fp8_baseline_errors": {"cudnn_fp8": "ImportError: No module named 'cudnn'"}}
+    r = workload_row(fp8_baseline_errors={"cudnn_fp8": "ImportError: No module named 'cudnn'"})
     text = collect_results.markdown({"workloads": {"w": r}})
     assert "- w: flex 2.200/7.700 (fwd/fwd+bwd ms)\n" in text  # no BF16 failure named
     assert ("- w: cuDNN FP8; failed, not timed: cudnn_fp8 (ImportError: No module named "
