@@ -6,7 +6,8 @@
   scales per token or per document-local 32-token block, integer row maximum M, quantized P̂,
   l summed over the same P̂), as the C++ reference computes it. The kernels must match it to
   within the tolerances of §7, far tighter than their distance from float64.
-- `rel_l2`: relative L2 distance of two tensors of one shape.
+- `rel_l2`: relative L2 distance of two tensors of one shape; `LSE_FLIP_BOUND`,
+  `LSE_MEAN_BOUND`: how far a kernel's LSE may lie from the contract's, per row and on average.
 - `poison_cuda_allocator`: a value left in every free block of torch's CUDA caching allocator,
   so that GPU tests see the outputs a kernel forgot to write.
 """
@@ -168,6 +169,15 @@ def rel_l2(x: torch.Tensor, reference: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(x - reference)
                  / torch.linalg.vector_norm(reference).clamp_min(1e-30))
 
+
+# ---- bounds of a kernel's LSE against the contract's ------------------------------------------
+
+# l sums the quantized P̂ (docs/numerics.md §4 step 5): where the tensor cores' FP8 accumulation
+# (or, in a ring, another block's running max) moves a row's largest P̂ across an E4M3 rounding
+# boundary, its LSE moves by up to one E4M3 step of the top binade, ln(1 + 1/8) (rows with few
+# keys); on average far less.
+LSE_FLIP_BOUND = math.log(1.0 + 1.0 / 8.0) + 1e-3
+LSE_MEAN_BOUND = 2e-3
 
 # ---- poisoning the CUDA caching allocator --------------------------------------------------------
 
