@@ -375,11 +375,13 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-# h200.json's keys that a merge writes from OUT: one this run has no file for is kept from the
-# previous h200.json under carried_over with the commit it was measured at (h200.md names it),
+# What a merge reads from OUT: PARTS (OUT/PART.json as h200.json's PART; attention.json becomes
+# ATTENTION_KEYS) and sass.txt. A key among them that this run has no file for is kept from the
+# previous h200.json under carried_over, with the commit it was measured at (h200.md names it),
 # not passed off as measured at this run's commit.
-MERGED_KEYS = ("tests", "quantize", "kernels", "attention_extra", "kernels_extra", "sass",
-               "device", "torch", "workloads", "attention_settings")
+PARTS = ("attention_extra", "kernels_extra", "tests", "quantize", "attention", "kernels")
+ATTENTION_KEYS = ("device", "torch", "workloads", "attention_settings")
+MERGED_KEYS = tuple(p for p in PARTS if p != "attention") + ATTENTION_KEYS + ("sass",)
 
 
 def write_results(dest: Path, results: dict) -> None:
@@ -477,11 +479,7 @@ def main():
         print("tests:", counts)
         return
     results = {"commit": a.commit, "command": a.command}
-    for part in ("attention_extra", "kernels_extra"):  # bench/workloads_extra.json
-        f = out / f"{part}.json"
-        if f.exists():
-            results[part] = json.loads(f.read_text())
-    for part in ("tests", "quantize", "attention", "kernels"):
+    for part in PARTS:  # (the _extra ones: bench/workloads_extra.json)
         f = out / f"{part}.json"
         if f.exists():
             data = json.loads(f.read_text())
@@ -492,6 +490,7 @@ def main():
                 results["attention_settings"] = {
                     k: data[k] for k in ("scale_mode", "rounds", "warmup_seconds",
                                          "anchors_counted") if k in data}
+                assert set(ATTENTION_KEYS) <= set(results)
             else:
                 results[part] = data
     measured = out / "measured.txt"  # the GPU tests' printed errors, one line per shape
