@@ -19,6 +19,8 @@ included) are reported beside them.
     FLAMIA_LIBRARY=build/libflamia.so PYTHONPATH=python python3 bench/bench_attention.py \
         --json OUT.json [--workloads equal-2k,uniform] [--no-accuracy]
         [--workloads-file bench/workloads_extra.json]
+The accuracy (minutes of CPU reference) can run in a device call of its own: --accuracy-only
+--json ACC.json there, then the timing run with --accuracy-from ACC.json.
 """
 from __future__ import annotations
 
@@ -415,12 +417,29 @@ def accuracy(w, cli, scale_mode, precision="fp8"):
     return result
 
 
+def accuracy_fields(w, scale_mode):
+    """A workload's accuracy against the CPU reference, as its record's fields: the scale mode
+    asked for (top level), fp8-bf16grad's, and static's."""
+    cli = ROOT / "build/flamia"
+    fields = accuracy(w, cli, scale_mode)
+    fields["bf16grad_accuracy"] = accuracy(w, cli, scale_mode, "fp8-bf16grad")
+    # scale_mode "static" at the CLI's exponents (2^-5 K and V scales for its N(0, 1))
+    fields["static_accuracy"] = accuracy(w, cli, "static")
+    return fields
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--json", required=True)
     ap.add_argument("--workloads", default="")
     ap.add_argument("--workloads-file", default=str(ROOT / "bench/workloads.json"))
     ap.add_argument("--no-accuracy", action="store_true")
+    ap.add_argument("--accuracy-only", action="store_true",
+                    help="no timing: each workload's accuracy fields alone (needs no baseline), "
+                         "for a later run's --accuracy-from")
+    ap.add_argument("--accuracy-from", metavar="JSON",
+                    help="take the accuracy fields from an --accuracy-only run's JSON (same "
+                         "scale mode, every workload of this run) instead of measuring them")
     ap.add_argument("--scale-mode", default="exact")
     ap.add_argument("--rounds", type=int, default=2,
                     help="rounds of flamia's and the baselines' timing (best of them)")
@@ -434,6 +453,21 @@ def main():
     if unknown:  # (the JSON is written per workload: no selection would leave no file)
         ap.error(f"unknown workloads {unknown} (in {opts.workloads_file}: {list(workloads)})")
     chosen = [n for n in workloads if n in asked]
+    accuracy_from = None
+    if opts.accuracy_from:
+        accuracy_from = json.loads(Path(opts.accuracy_from).read_text())
+        missing = [n for n in chosen if n not in accuracy_from.get("workloads", {})]
+        if accuracy_from.get("scale_mode") != opts.scale_mode or missing:
+            ap.error(f"{opts.accuracy_from}: scale mode {accuracy_from.get('scale_mode')} "
+                     f"(this run: {opts.scale_mode}), workloads missing: {missing}")
+    if opts.accuracy_only:
+        measured = {"scale_mode": opts.scale_mode, "workloads": {}}
+        for name in chosen:
+            measured["workloads"][name] = accuracy_fields(workloads[name], opts.scale_mode)
+            print(f"{name:17s} o_err {measured['workloads'][name].get('o_rel_l2_vs_ref')}",
+                  flush=True)
+            Path(opts.json).write_text(json.dumps(measured, indent=1))
+        return 0
     device = torch.cuda.get_device_name()
     anchors_apply = ANCHOR_GPU in device
     if not anchors_apply:
@@ -537,12 +571,11 @@ def main():
         rec["baselines"] = baselines
         if errors:
             rec["baseline_errors"] = errors
-        if not opts.no_accuracy:
-            rec.update(accuracy(w, ROOT / "build/flamia", opts.scale_mode))
-            rec["bf16grad_accuracy"] = accuracy(w, ROOT / "build/flamia", opts.scale_mode,
-                                                "fp8-bf16grad")
-            # scale_mode "static" at the CLI's exponents (2^-5 K and V scales for its N(0, 1))
-            rec["static_accuracy"] = accuracy(w, ROOT / "build/flamia", "static")
+        if accuracy_from is not None:
+            rec.update(accuracy_from["workloads"][name])
+            rec["accuracy_from"] = opts.accuracy_from
+        elif not opts.no_accuracy:
+            rec.update(accuracy_fields(w, opts.scale_mode))
         results["workloads"][name] = rec
         nan = float("nan")
         print(f"{name:17s} flamia fwd {f_fwd:7.3f} ms ({rec['flamia_fwd_tflops']:5.0f} TF/s) "
