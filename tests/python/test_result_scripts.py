@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import REPO
 
 SCRIPTS = REPO / "scripts"
@@ -483,3 +484,38 @@ def test_ptxas_report_fails_on_production_spills_and_serialization(tmp_path):
         "(C7512) Potential Performance Loss: wgmma.mma_async instructions are serialized"))
     assert serialized.returncode == 1
     assert "wgmma serialized (C7512)" in serialized.stdout
+
+
+def test_accuracy_only_run_feeds_a_timing_run(tmp_path, monkeypatch):
+    """bench_attention.py --accuracy-only writes each workload's accuracy fields (the scale mode
+    asked for, fp8-bf16grad's, static's) and nothing timed; --accuracy-from refuses a file of
+    another scale mode or one that lacks a workload of the run, before anything is timed."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import bench_attention
+
+    asked = []
+
+    def fake_accuracy(w, cli, scale_mode, precision="fp8"):
+        asked.append((w["head_dim"], scale_mode, precision))
+        return {"o_rel_l2_vs_ref": 0.003 if precision == "fp8" else 0.002}
+
+    monkeypatch.setattr(bench_attention, "accuracy", fake_accuracy)
+    measured = tmp_path / "accuracy.json"
+    monkeypatch.setattr(sys, "argv", ["bench_attention.py", "--accuracy-only", "--json",
+                                      str(measured), "--workloads", "equal-2k"])
+    assert bench_attention.main() == 0
+    data = json.loads(measured.read_text())
+    assert data == {"scale_mode": "exact", "workloads": {"equal-2k": {
+        "o_rel_l2_vs_ref": 0.003, "bf16grad_accuracy": {"o_rel_l2_vs_ref": 0.002},
+        "static_accuracy": {"o_rel_l2_vs_ref": 0.003}}}}
+    assert asked == [(128, "exact", "fp8"), (128, "exact", "fp8-bf16grad"),
+                     (128, "static", "fp8")]
+    timed = tmp_path / "attention.json"
+    for extra in (["--scale-mode", "static"], ["--workloads", "equal-2k,uniform"]):
+        monkeypatch.setattr(sys, "argv", ["bench_attention.py", "--accuracy-from", str(measured),
+                                          "--json", str(timed), "--workloads", "equal-2k",
+                                          *extra])
+        with pytest.raises(SystemExit) as refused:
+            bench_attention.main()
+        assert refused.value.code == 2
+        assert not timed.exists()
