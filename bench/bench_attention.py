@@ -433,13 +433,15 @@ def main():
     ap.add_argument("--json", required=True)
     ap.add_argument("--workloads", default="")
     ap.add_argument("--workloads-file", default=str(ROOT / "bench/workloads.json"))
-    ap.add_argument("--no-accuracy", action="store_true")
-    ap.add_argument("--accuracy-only", action="store_true",
-                    help="no timing: each workload's accuracy fields alone (needs no baseline), "
-                         "for a later run's --accuracy-from")
-    ap.add_argument("--accuracy-from", metavar="JSON",
-                    help="take the accuracy fields from an --accuracy-only run's JSON (same "
-                         "scale mode, every workload of this run) instead of measuring them")
+    accuracy_source = ap.add_mutually_exclusive_group()
+    accuracy_source.add_argument("--no-accuracy", action="store_true")
+    accuracy_source.add_argument("--accuracy-only", action="store_true",
+                                 help="no timing: each workload's accuracy fields alone (needs "
+                                      "no baseline), for a later run's --accuracy-from")
+    accuracy_source.add_argument("--accuracy-from", metavar="JSON",
+                                 help="take the accuracy fields from an --accuracy-only run's "
+                                      "JSON (same scale mode, every workload of this run) "
+                                      "instead of measuring them")
     ap.add_argument("--scale-mode", default="exact")
     ap.add_argument("--rounds", type=int, default=2,
                     help="rounds of flamia's and the baselines' timing (best of them)")

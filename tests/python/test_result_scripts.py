@@ -489,7 +489,8 @@ def test_ptxas_report_fails_on_production_spills_and_serialization(tmp_path):
 def test_accuracy_only_run_feeds_a_timing_run(tmp_path, monkeypatch):
     """bench_attention.py --accuracy-only writes each workload's accuracy fields (the scale mode
     asked for, fp8-bf16grad's, static's) and nothing timed; --accuracy-from refuses a file of
-    another scale mode or one that lacks a workload of the run, before anything is timed."""
+    another scale mode or one that lacks a workload of the run, and a run told to measure the
+    accuracy too or not at all, before anything is timed."""
     sys.path.insert(0, str(REPO / "bench"))
     import bench_attention
 
@@ -511,7 +512,8 @@ def test_accuracy_only_run_feeds_a_timing_run(tmp_path, monkeypatch):
     assert asked == [(128, "exact", "fp8"), (128, "exact", "fp8-bf16grad"),
                      (128, "static", "fp8")]
     timed = tmp_path / "attention.json"
-    for extra in (["--scale-mode", "static"], ["--workloads", "equal-2k,uniform"]):
+    for extra in (["--scale-mode", "static"], ["--workloads", "equal-2k,uniform"],
+                  ["--no-accuracy"], ["--accuracy-only"]):
         monkeypatch.setattr(sys, "argv", ["bench_attention.py", "--accuracy-from", str(measured),
                                           "--json", str(timed), "--workloads", "equal-2k",
                                           *extra])
