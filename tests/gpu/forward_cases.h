@@ -5,7 +5,6 @@
 // a scope.
 #pragma once
 
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -72,21 +71,13 @@ size_t first_difference(const std::vector<T>& a, const std::vector<T>& b) {
   return a.size();
 }
 
-// A forward's LSE against the contract's, within kLseFlipBound; -inf exactly where the
-// reference has it (rows without keys); NaN (a poisoned row that was not written) never passes.
-// Then {M, l} (expect_softmax_stats_match).
+// A forward's LSE against the contract's (compare_lse: within kLseFlipBound, -inf exactly where
+// the reference has it, NaN never), then {M, l} (expect_softmax_stats_match).
 inline void expect_lse_and_stats_match(const std::vector<float>& lse,
                                        const std::vector<float>& stats,
                                        const ref::ForwardResult& expected) {
-  ASSERT_EQ(lse.size(), expected.lse.size());
-  size_t lse_bad = 0;
-  for (size_t i = 0; i < lse.size(); ++i) {
-    const bool ok = std::isinf(expected.lse[i])
-                        ? std::isinf(lse[i]) && lse[i] < 0
-                        : std::fabs(double(lse[i]) - double(expected.lse[i])) <= kLseFlipBound;
-    lse_bad += !ok;
-  }
-  EXPECT_EQ(lse_bad, 0u) << "LSE rows off the reference's (or not written)";
+  EXPECT_EQ(compare_lse(lse, expected.lse).rows_off, 0u)
+      << "LSE rows off the reference's (or not written)";
   expect_softmax_stats_match(stats, expected.softmax_stats);
 }
 

@@ -144,28 +144,16 @@ TEST_P(ForwardKernelTest, MatchesReference) {
   // E4M3 rounding boundary. The float64 criterion below is the binding one.
   EXPECT_LE(err_vs_ref, 1e-2);
   EXPECT_LE(err_gpu, 1.1 * err_ref + 1e-3);
-  // LSE (within kLseFlipBound per row, 2e-3 on average) and {M, l}, what the backward rebuilds
-  // P̂ from (expect_softmax_stats_match).
-  double lse_err = 0.0, lse_err_sum = 0.0;
-  int lse_rows = 0;
-  for (size_t i = 0; i < gpu.lse.size(); ++i) {
-    if (std::isinf(expected.lse[i])) {
-      EXPECT_TRUE(std::isinf(gpu.lse[i]) && gpu.lse[i] < 0) << "row " << i;
-      continue;
-    }
-    ASSERT_TRUE(std::isfinite(gpu.lse[i])) << "LSE row " << i;
-    const double diff = std::fabs(double(gpu.lse[i]) - double(expected.lse[i]));
-    lse_err = std::max(lse_err, diff);
-    lse_err_sum += diff;
-    ++lse_rows;
-  }
-  const double lse_mean_err = lse_rows > 0 ? lse_err_sum / lse_rows : 0.0;
-  EXPECT_LE(lse_err, kLseFlipBound);
-  EXPECT_LE(lse_mean_err, 2e-3);
+  // LSE (within kLseFlipBound per row, -inf exactly where the reference has it; 2e-3 on
+  // average) and {M, l}, what the backward rebuilds P̂ from (expect_softmax_stats_match).
+  const LseComparison lse = compare_lse(gpu.lse, expected.lse);
+  EXPECT_EQ(lse.rows_off, 0u) << "LSE rows off the reference's (or not written)";
+  EXPECT_LE(lse.max_error, kLseFlipBound);
+  EXPECT_LE(lse.mean_error, 2e-3);
   expect_softmax_stats_match(gpu.stats, expected.softmax_stats);
   std::printf(
       "[forward %s] rel_l2 vs ref %.3g, vs f64 %.3g (ref %.3g), |dLSE| max %.3g mean %.3g\n",
-      c.name.c_str(), err_vs_ref, err_gpu, err_ref, lse_err, lse_mean_err);
+      c.name.c_str(), err_vs_ref, err_gpu, err_ref, lse.max_error, lse.mean_error);
 }
 
 std::vector<ForwardCase> forward_cases() {
