@@ -49,9 +49,11 @@ constexpr int kFp8CtaThreads = kCtaThreads</*kBf16Grad=*/false>;
 // buffer and the signal that it is full. The wait also orders the dQ warpgroup's scales
 // (written before it first frees a buffer) before their reads. Touches no wgmma register, so it
 // may run while the step's dV and dK products are in flight. (The product costs a key
-// warpgroup one multiply per value; in the dQ warpgroup, the critical path at head dim 128, it
-// cost two there, which reads the tile twice.) kDqAppliesKeyScale (head dim 64): x itself, the
-// dQ warpgroup forms y (query_gradient_operand).
+// warpgroup one multiply per value. The dQ warpgroup would pay two at head dim 128, because it
+// reads the tile twice, and its 88 registers spilled with them (session 38). It is not the
+// critical path there: the timeline probe has it waiting for a full buffer 41-46% of the key
+// steps' time (session 45).) kDqAppliesKeyScale (head dim 64): x itself, the dQ warpgroup forms
+// y (query_gradient_operand).
 template <int kHeadDim>
 __device__ __forceinline__ void hand_off_score_gradient(const float (&x)[kScoreRegisters],
                                                         const int (&tile_row)[kRowsPerThread],
