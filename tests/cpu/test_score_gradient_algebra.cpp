@@ -43,7 +43,7 @@ float x_four_operations(const Inputs& in) {
   return scaled_prob * std::fma(in.dp_raw, exp2_int(in.edo), -shifted_delta);
 }
 
-// The folded form (kFoldedScoreGradient): 1/l moves into two per-query factors, a exact (a power
+// The folded form (score_gradient_half's): 1/l moves into two per-query factors, a exact (a power
 // of two times the probability scale) and b rounded once, and the product by P̂ comes last.
 // Static: b_i = (2^eq / l) (D 2^-ev); exact: b_i = (2^eq / l) D, times 2^-ev_j per element.
 float x_folded(const Inputs& in, bool static_scales) {

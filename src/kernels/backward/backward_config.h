@@ -46,17 +46,14 @@ struct Fp8RegisterBudget {
 template <int kHeadDim, bool kBf16Grad>
 constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim == 64;
 
-// The FP8 key warpgroups form x = dS 2^eq_i as fma(dPraw, a_i, -b_i 2^-ev_j) P̂ with the
-// per-query a_i = 2^(eq_i + edo_i) / l_i and b_i = (2^eq_i / l_i) D_i (score_gradient_half):
-// one multiply per score and a third of the step's factor loads fewer than
-// (P̂ (2^eq_i / l_i)) fma(dPraw, 2^edo_i, -D_i 2^-ev_j). Not in the static kernels at head dim
-// 128, whose key warpgroups spilled 4 bytes in the step loop with it (Fp8QueryFactors: the
-// form decides what the row factors hold; the launch asks folded_score_gradient).
-__host__ __device__ constexpr bool folded_score_gradient(int head_dim, bool static_scales) {
-  return !(head_dim == 128 && static_scales);
-}
+// The static kernels at head dim 128 sync the warp once inside an unmasked step's P̂ rebuild,
+// before column group kRebuildLoadFence (rebuild_probabilities). That keeps ptxas from hoisting
+// every group's factor loads to the top of the rebuild. Without the sync, the register peak
+// there spilled 4 bytes per step once these kernels took the folded score gradient
+// (score_gradient_half) as the others had. The folded form saves them 32 multiplies per step:
+// forward+backward 1-4.5% faster (session 45). 0: no sync.
 template <int kHeadDim, bool kStaticScales>
-constexpr bool kFoldedScoreGradient = folded_score_gradient(kHeadDim, kStaticScales);
+constexpr int kRebuildLoadFence = kHeadDim == 128 && kStaticScales ? 6 : 0;
 
 // Head dim 128's key warpgroups take their warpgroup index as a warp-uniform value (broadcast from
 // lane 0, hopper::warpgroup_index_uniform), so that ptxas builds the per-step wgmma descriptors

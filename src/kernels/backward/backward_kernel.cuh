@@ -222,7 +222,7 @@ __device__ __forceinline__ void backward_step(
     const int (&tile_row)[kRowsPerThread], const StepCursor& step, bool unmasked,
     KeyWarpgroupDq<kHeadDim, kBf16Grad>& dq, OpeningProducts& opening, const StepCursor& next) {
   constexpr bool kPipelined = kPipelinedOpening<kHeadDim, kBf16Grad>;
-  constexpr bool kFolded = kFoldedScoreGradient<kHeadDim, kStaticScales>;
+  constexpr int kLoadFence = kRebuildLoadFence<kHeadDim, kStaticScales>;
   using Tile = BackwardTile<kHeadDim>;
   const auto& tiles = smem.stage[step.stage];
   const int head = step.head(item, p.group_size);
@@ -247,13 +247,11 @@ __device__ __forceinline__ void backward_step(
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepScoreProducts);
     if (unmasked) {
-      rebuild_probabilities<kStaticScales, false, !kBf16Grad>(s, key, qf, lane);
-      score_gradient_half<kBf16Grad, 0, false, kStaticScales, kFolded>(s, dp, ds, p_hat[0], key, qf,
-                                                                       lane);
+      rebuild_probabilities<kStaticScales, false, !kBf16Grad, kLoadFence>(s, key, qf, lane);
+      score_gradient_half<kBf16Grad, 0, false, kStaticScales>(s, dp, ds, p_hat[0], key, qf, lane);
     } else {
       rebuild_probabilities<kStaticScales, true, !kBf16Grad>(s, key, qf, lane);
-      score_gradient_half<kBf16Grad, 0, true, kStaticScales, kFolded>(s, dp, ds, p_hat[0], key, qf,
-                                                                      lane);
+      score_gradient_half<kBf16Grad, 0, true, kStaticScales>(s, dp, ds, p_hat[0], key, qf, lane);
     }
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepFirstHalf);
@@ -270,11 +268,9 @@ __device__ __forceinline__ void backward_step(
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepSecondProduct);
     if (unmasked)
-      score_gradient_half<kBf16Grad, 1, false, kStaticScales, kFolded>(s, dp, ds, p_hat[1], key, qf,
-                                                                       lane);
+      score_gradient_half<kBf16Grad, 1, false, kStaticScales>(s, dp, ds, p_hat[1], key, qf, lane);
     else
-      score_gradient_half<kBf16Grad, 1, true, kStaticScales, kFolded>(s, dp, ds, p_hat[1], key, qf,
-                                                                      lane);
+      score_gradient_half<kBf16Grad, 1, true, kStaticScales>(s, dp, ds, p_hat[1], key, qf, lane);
     if constexpr (timeline::kEnabled)
       if (threadIdx.x == 0) timeline::lap(timeline::kStepSecondHalf);
   }

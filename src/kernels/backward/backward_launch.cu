@@ -244,11 +244,7 @@ cudaError_t launch_backward(const BackwardKernelArgs& args, cudaStream_t stream)
   backward::BackwardParams p = make_params(args, dq_accum, semaphores, tile_order);
   if (args.precision != BackwardPrecision::kFp8Bf16Grad) {
     error = make_query_maps(s, row_factors, &p);
-    if (error == cudaSuccess)
-      error = backward::launch_row_factors(
-          p, row_factors,
-          // (the kernel's static choice: backward_kernel_instantiate.cuh, static_key_exp set)
-          backward::folded_score_gradient(s.head_dim, p.static_key_exp != nullptr), stream);
+    if (error == cudaSuccess) error = backward::launch_row_factors(p, row_factors, stream);
     if (error != cudaSuccess) return error;
   }
   return s.head_dim == 64 ? launch_for_head_dim<64>(args, p, stream)

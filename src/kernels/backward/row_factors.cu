@@ -24,14 +24,13 @@ enum RowFactorField : int {
   kRowFactorField = 0,
   kOffsetField,
   kGradientFactorFields,  // Fp8QueryFactors::gradient_factor
-  kVisibilityField = kGradientFactorFields + 3,
+  kVisibilityField = kGradientFactorFields + kGradientFactors,
   kValueBlockExpField,
 };
 static_assert(kValueBlockExpField + 1 == kRowFactorFields, "Fp8QueryFactors' fields");
 
 // One thread per (query head, token) row at a time.
-__global__ void row_factors_kernel(const __grid_constant__ BackwardParams p, float* out,
-                                   int folded) {
+__global__ void row_factors_kernel(const __grid_constant__ BackwardParams p, float* out) {
   hopper::wait_for_prior_grids();  // launched early (launch_row_factors)
   if (p.device_status != nullptr && *p.device_status != kDeviceStatusOk) return;
   const int64_t rows = int64_t(p.heads_q) * p.total_q;
@@ -58,15 +57,8 @@ __global__ void row_factors_kernel(const __grid_constant__ BackwardParams p, flo
     field(kRowFactorField) = v.row_factor;
     field(kOffsetField) = v.offset;
     auto gradient = [&](GradientFactor g) -> float& { return field(kGradientFactorFields + g); };
-    if (folded != 0) {
-      gradient(kGradientScale) = __fmul_rn(v.probability_scale, v.d_o_scale);  // (exact)
-      gradient(kScaledDelta) = __fmul_rn(v.probability_scale, delta);
-      gradient(kDelta) = 0.0f;  // (unused)
-    } else {
-      gradient(kProbabilityScale) = v.probability_scale;
-      gradient(kDoScale) = v.d_o_scale;
-      gradient(kDelta) = delta;
-    }
+    gradient(kGradientScale) = __fmul_rn(v.probability_scale, v.d_o_scale);  // (exact)
+    gradient(kScaledDelta) = __fmul_rn(v.probability_scale, delta);
     const int visibility =
         p.pack_documents != 0 && document_packs(p.cu_seqlens_q, p.cu_seqlens_k, doc)
             ? packed_query_index(doc, token - span.q_start, p.causal != 0)
@@ -82,14 +74,13 @@ size_t row_factors_bytes(int heads_q, int padded_q) {
   return size_t(heads_q) * kRowFactorFields * size_t(padded_q) * sizeof(float);
 }
 
-cudaError_t launch_row_factors(const BackwardParams& p, float* out, bool folded,
-                               cudaStream_t stream) {
+cudaError_t launch_row_factors(const BackwardParams& p, float* out, cudaStream_t stream) {
   const int64_t rows = int64_t(p.heads_q) * p.total_q;
   if (rows == 0) return cudaSuccess;
   const int blocks =
       int(std::min<int64_t>((rows + kFactorThreads - 1) / kFactorThreads, kMaxBlocks));
   return hopper::launch_kernel(row_factors_kernel, dim3(blocks), dim3(kFactorThreads), 0, stream,
-                               hopper::Launch::kEarly, p, out, folded ? 1 : 0);
+                               hopper::Launch::kEarly, p, out);
 }
 
 }  // namespace flamia::backward

@@ -13,9 +13,6 @@ namespace flamia::backward {
 size_t row_factors_bytes(int heads_q, int padded_q);
 
 // Fills `out` from the parameters' exponents, statistics and delta on `stream`.
-// `folded`: the gradient factors of the launched kernel's form (kFoldedScoreGradient,
-// Fp8QueryFactors).
-cudaError_t launch_row_factors(const BackwardParams& p, float* out, bool folded,
-                               cudaStream_t stream);
+cudaError_t launch_row_factors(const BackwardParams& p, float* out, cudaStream_t stream);
 
 }  // namespace flamia::backward

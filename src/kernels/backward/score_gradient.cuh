@@ -31,13 +31,18 @@ __device__ __forceinline__ int column_of_group(int group, int lane) {
 // kPairLoads: each factor of the group's two columns in one 8-byte load (the BF16grad kernel
 // spills with them, so it loads per element). kStaticScales: scale mode kStatic's form, p =
 // exp2(fma(S, f_i, ev - (M_i - 8))) with both per-row values in the query factors
-// (fold_static_exponents): one FFMA and one exponential, no key factor read.
-template <bool kStaticScales, bool kMasked, bool kPairLoads, typename Factors>
+// (fold_static_exponents): one FFMA and one exponential, no key factor read. kLoadFence > 0:
+// the warp syncs before column group kLoadFence, so that ptxas cannot hoist the later groups'
+// factor loads above it (kRebuildLoadFence; the lanes are converged here).
+template <bool kStaticScales, bool kMasked, bool kPairLoads, int kLoadFence = 0, typename Factors>
 __device__ __forceinline__ void rebuild_probabilities(float (&s)[kScoreRegisters],
                                                       const KeyRowFactors& key, const Factors& qf,
                                                       int lane) {
 #pragma unroll
   for (int group = 0; group < kScoreRegisters / kRegistersPerGroup; ++group) {
+    if constexpr (kLoadFence > 0) {
+      if (group == kLoadFence) __syncwarp();
+    }
     const int col = column_of_group(group, lane);
     float2 row_factor{}, offset{};
     if constexpr (kPairLoads) {
@@ -74,16 +79,15 @@ constexpr int kHalfScoreRegisters = kScoreRegisters / kScoreHalves;
 
 // Steps 3-5 for query columns 32 half .. 32 half + 31 (registers 16 half + i of the full tile),
 // with P̂ = e4m3(p), the probability the forward's P̂·V̂ used (l_i sums the same P̂):
-//   FP8:      x = dS * 2^eq_i (Fp8QueryFactors), kFolded (kFoldedScoreGradient) as
+//   FP8:      x = dS * 2^eq_i (Fp8QueryFactors) as
 //             x = fma(dPraw, a_i, -(b_i * 2^-ev_j)) * P̂,  a_i = 2^(eq_i + edo_i) / l_i,
 //                                                        b_i = (2^eq_i / l_i) * D_i,
-//             3 operations per element (kStaticScales: 2, b_i holds 2^-ev already); else as
-//             x = (P̂ * (2^eq_i / l_i)) * fma(dPraw, 2^edo_i, -(D_i * 2^-ev_j)),
-//             4 (kStaticScales: 3). Both are 2^eq_i * P * (dP - D_i) with P = (P̂ 2^-ev_j) / l_i
-//             and dP = (dPraw 2^edo_i) 2^ev_j, the powers of two cancelling or riding along
-//             exactly; the second bitwise so, the first with 1/l_i moved into the per-query
-//             b_i (one rounding per query; numerics §5 step 5 bounds the difference: 4 FP32
-//             units of |x| + |P̂ b_i 2^-ev_j| in FP32's normal range).
+//             3 operations per element (kStaticScales: 2, b_i holds 2^-ev already). That is
+//             2^eq_i * P * (dP - D_i) with P = (P̂ 2^-ev_j) / l_i and dP = (dPraw 2^edo_i)
+//             2^ev_j, the powers of two cancelling or riding along exactly, and 1/l_i moved
+//             into the per-query b_i: one rounding per query away from the reference's
+//             (P̂ (2^eq_i / l_i)) fma(dPraw, 2^edo_i, -(D_i 2^-ev_j)) (numerics §5 step 5 bounds
+//             the difference: 4 FP32 units of |x| + |P̂ b_i 2^-ev_j| in FP32's normal range).
 //   BF16grad: dS = ((P̂ * 2^-ev_j) / l_i) * (dPraw - D_i) (BF16 dO · V), rounded to BF16 (the
 //             value its products read).
 // Registers 2m, 2m+1 are one row's adjacent columns: one conversion rounds both. Its two bytes
@@ -91,8 +95,7 @@ constexpr int kHalfScoreRegisters = kScoreRegisters / kScoreHalves;
 // operand register swap of hopper-fp8-facts.md, where word 2h + r holds row r's bytes of groups
 // 2h (low half) and 2h + 1 (high half) of the k step's four. (Packing P̂ from the conversions
 // done here, rather than converting p again, saves two conversions per four elements.)
-template <bool kBf16Grad, int kHalf, bool kMasked, bool kStaticScales, bool kFolded,
-          typename Factors>
+template <bool kBf16Grad, int kHalf, bool kMasked, bool kStaticScales, typename Factors>
 __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegisters],
                                                     const float (&dp)[kHalfScoreRegisters],
                                                     float (&ds)[kScoreRegisters],
@@ -105,15 +108,10 @@ __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegis
   for (int g = 0; g < kGroupsPerHalf; ++g) {
     const int group = kHalf * kGroupsPerHalf + g;
     const int col = column_of_group(group, lane);
-    // Unfolded: probability_scale, d_o_scale, delta; kFolded: gradient_scale, scaled_delta
-    float2 probability_scale{}, d_o_scale{}, delta{};
-    if constexpr (!kBf16Grad && !kFolded) {
-      probability_scale = column_pair(qf.gradient_factor[kProbabilityScale], col);
-      d_o_scale = column_pair(qf.gradient_factor[kDoScale], col);
-      delta = column_pair(qf.gradient_factor[kDelta], col);
-    } else if constexpr (!kBf16Grad) {
-      d_o_scale = column_pair(qf.gradient_factor[kGradientScale], col);
-      delta = column_pair(qf.gradient_factor[kScaledDelta], col);
+    float2 gradient_scale{}, scaled_delta{};  // a_i, b_i
+    if constexpr (!kBf16Grad) {
+      gradient_scale = column_pair(qf.gradient_factor[kGradientScale], col);
+      scaled_delta = column_pair(qf.gradient_factor[kScaledDelta], col);
     }
     const int2 visibility = kMasked ? column_pair(qf.visibility, col) : make_int2(0, 0);
 #pragma unroll
@@ -136,18 +134,11 @@ __device__ __forceinline__ void score_gradient_half(const float (&p)[kScoreRegis
           grad = __fmul_rn(prob, __fsub_rn(dp_raw, qf.delta[col + e]));
           grad = __bfloat162float(__float2bfloat16_rn(grad));
         } else {
+          const float b = e ? scaled_delta.y : scaled_delta.x;
           const float shifted_delta =
-              kStaticScales ? (e ? delta.y : delta.x)
-                            : __fmul_rn(e ? delta.y : delta.x, key.score[r].inv_value_scale);
-          if constexpr (kFolded) {  // (d_o_scale: gradient_scale; delta: scaled_delta)
-            grad = __fmul_rn(__fmaf_rn(dp_raw, e ? d_o_scale.y : d_o_scale.x, -shifted_delta),
-                             p_hat_e);
-          } else {
-            const float scaled_prob =
-                __fmul_rn(p_hat_e, e ? probability_scale.y : probability_scale.x);
-            grad = __fmul_rn(scaled_prob,
-                             __fmaf_rn(dp_raw, e ? d_o_scale.y : d_o_scale.x, -shifted_delta));
-          }
+              kStaticScales ? b : __fmul_rn(b, key.score[r].inv_value_scale);
+          grad = __fmul_rn(
+              __fmaf_rn(dp_raw, e ? gradient_scale.y : gradient_scale.x, -shifted_delta), p_hat_e);
         }
         const bool visible = !kMasked || visible_pair(key.visibility[r],
                                                       e ? visibility.y : visibility.x, key.window);

@@ -96,28 +96,22 @@ struct QueryFactors {
 //
 // The FP8 path works on x_ij = dS_ij * 2^eq_i rather than dS_ij (numerics §5.8's dK operand
 // needs x; §5.7's dQ operand is x * 2^ekc_j * 2^-(gq_i + eq_i)): 2^eq_i rides in the gradient
-// factors and 2^-eq_i in dQ's block scale, so no multiply per element is spent on it. What the
-// gradient factors hold depends on the kernel's form of x (kFoldedScoreGradient; the row factors
-// kernel writes the launched kernel's: launch_row_factors' `folded`):
-//   folded:   {2^(eq_i + edo_i) / l_i, (2^eq_i / l_i) D_i, unused}
-//   unfolded: {2^eq_i / l_i, 2^edo_i, D_i}
-// (kStaticScales: D_i 2^-ev in place of D_i in both). One layout for both forms: the unfolded
-// kernel (head dim 128 static) spilled when the layout grew.
+// factors and 2^-eq_i in dQ's block scale, so no multiply per element is spent on it. The
+// gradient factors are those of score_gradient_half's form of x: {2^(eq_i + edo_i) / l_i,
+// (2^eq_i / l_i) D_i} (kStaticScales: D_i 2^-ev in place of D_i).
+enum GradientFactor : int {
+  kGradientScale = 0,  // a_i = 2^(eq_i + edo_i) / l_i
+  kScaledDelta = 1,    // b_i = (2^eq_i / l_i) D_i
+  kGradientFactors,
+};
 struct Fp8QueryFactors {
   float row_factor[kBlockM];  // kStaticScales: f_i (fold_static_exponents)
   float offset[kBlockM];      // kStaticScales: ev - (M_i - 8)
-  float gradient_factor[3][kBlockM];
+  float gradient_factor[kGradientFactors][kBlockM];
   int visibility[kBlockM];
   int value_block_exp[kBlockM];
 };
-enum GradientFactor : int {
-  kGradientScale = 0,  // folded
-  kScaledDelta = 1,
-  kProbabilityScale = 0,  // unfolded
-  kDoScale = 1,
-  kDelta = 2,
-};
-constexpr int kRowFactorFields = 7;
+constexpr int kRowFactorFields = 4 + kGradientFactors;
 static_assert(sizeof(Fp8QueryFactors) == kRowFactorFields * kBlockM * sizeof(float),
               "the TMA box: kRowFactorFields rows of kBlockM words");
 
