@@ -111,7 +111,7 @@ struct Fp8QueryFactors {
   int visibility[kBlockM];
   int value_block_exp[kBlockM];
 };
-constexpr int kRowFactorFields = 4 + kGradientFactors;
+constexpr int kRowFactorFields = sizeof(Fp8QueryFactors) / (kBlockM * sizeof(float));
 static_assert(sizeof(Fp8QueryFactors) == kRowFactorFields * kBlockM * sizeof(float),
               "the TMA box: kRowFactorFields rows of kBlockM words");
 
