@@ -51,7 +51,7 @@ constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim == 64;
 // every group's factor loads to the top of the rebuild. Without the sync, the register peak
 // there spilled 4 bytes per step once these kernels took the folded score gradient
 // (score_gradient_half) as the others had. The folded form saves them 32 multiplies per step:
-// forward+backward 1-4.5% faster (session 45). 0: no sync.
+// static forward+backward 2-3.5% faster on an H100 (session 45). 0: no sync.
 template <int kHeadDim, bool kStaticScales>
 constexpr int kRebuildLoadFence = kHeadDim == 128 && kStaticScales ? 6 : 0;
 
