@@ -20,7 +20,9 @@ included) are reported beside them.
         --json OUT.json [--workloads equal-2k,uniform] [--no-accuracy]
         [--workloads-file bench/workloads_extra.json]
 The accuracy (minutes of CPU reference) can run in a device call of its own: --accuracy-only
---json ACC.json there, then the timing run with --accuracy-from ACC.json.
+--json ACC.json there, then the timing run with --accuracy-from ACC.json. After a change to one
+kernel family, --accuracy-parts static --accuracy-base OLD.json re-measures that part alone and
+copies the others from OLD.json (each record names the parts it measured).
 """
 from __future__ import annotations
 
@@ -417,14 +419,32 @@ def accuracy(w, cli, scale_mode, precision="fp8"):
     return result
 
 
-def accuracy_fields(w, scale_mode):
-    """A workload's accuracy against the CPU reference, as its record's fields: the scale mode
-    asked for (top level), fp8-bf16grad's, and static's."""
+# The parts of a workload's accuracy fields: the scale mode asked for (the record's top-level
+# fields), fp8-bf16grad's, and static's (at the CLI's exponents: 2^-5 K and V scales for its
+# N(0, 1) inputs).
+ACCURACY_PARTS = ("scale_mode", "bf16grad", "static")
+ACCURACY_PART_KEYS = {"bf16grad": "bf16grad_accuracy", "static": "static_accuracy"}
+
+
+def accuracy_fields(w, scale_mode, parts=ACCURACY_PARTS, base=None):
+    """A workload's accuracy against the CPU reference, as its record's fields. Only `parts` are
+    measured; the others are copied from `base` (the same workload's fields of an earlier
+    --accuracy-only run), so that a run after a change to one kernel family re-measures only
+    what it changed. `accuracy_parts_measured` names the parts this run measured."""
     cli = ROOT / "build/flamia"
-    fields = accuracy(w, cli, scale_mode)
-    fields["bf16grad_accuracy"] = accuracy(w, cli, scale_mode, "fp8-bf16grad")
-    # scale_mode "static" at the CLI's exponents (2^-5 K and V scales for its N(0, 1))
-    fields["static_accuracy"] = accuracy(w, cli, "static")
+    fields = {}
+    if "scale_mode" in parts:
+        fields.update(accuracy(w, cli, scale_mode))
+    else:
+        fields.update({k: v for k, v in base.items()
+                       if k not in ACCURACY_PART_KEYS.values() and k != "accuracy_parts_measured"})
+    for part, key in ACCURACY_PART_KEYS.items():
+        if part in parts:
+            fields[key] = (accuracy(w, cli, scale_mode, "fp8-bf16grad") if part == "bf16grad"
+                           else accuracy(w, cli, "static"))
+        else:
+            fields[key] = base[key]
+    fields["accuracy_parts_measured"] = [p for p in ACCURACY_PARTS if p in parts]
     return fields
 
 
@@ -442,6 +462,12 @@ def main():
                                  help="take the accuracy fields from an --accuracy-only run's "
                                       "JSON (same scale mode, every workload of this run) "
                                       "instead of measuring them")
+    ap.add_argument("--accuracy-parts", default=",".join(ACCURACY_PARTS),
+                    help="with --accuracy-only: which parts to measure (of "
+                         f"{','.join(ACCURACY_PARTS)}); the others come from --accuracy-base")
+    ap.add_argument("--accuracy-base", metavar="JSON",
+                    help="with --accuracy-parts: an earlier --accuracy-only run's JSON (same "
+                         "scale mode) holding the parts not measured")
     ap.add_argument("--scale-mode", default="exact")
     ap.add_argument("--rounds", type=int, default=2,
                     help="rounds of flamia's and the baselines' timing (best of them)")
@@ -462,10 +488,29 @@ def main():
         if accuracy_from.get("scale_mode") != opts.scale_mode or missing:
             ap.error(f"{opts.accuracy_from}: scale mode {accuracy_from.get('scale_mode')} "
                      f"(this run: {opts.scale_mode}), workloads missing: {missing}")
+    parts = [p for p in opts.accuracy_parts.split(",") if p]
+    if any(p not in ACCURACY_PARTS for p in parts) or not parts:
+        ap.error(f"--accuracy-parts {opts.accuracy_parts}: choose from {ACCURACY_PARTS}")
+    partial = set(parts) != set(ACCURACY_PARTS)
+    if partial and not (opts.accuracy_only and opts.accuracy_base):
+        ap.error("--accuracy-parts other than all needs --accuracy-only and --accuracy-base")
+    accuracy_base = None
+    if opts.accuracy_base:
+        if not partial:
+            ap.error("--accuracy-base is only read for the parts --accuracy-parts leaves out")
+        accuracy_base = json.loads(Path(opts.accuracy_base).read_text())
+        missing = [n for n in chosen if n not in accuracy_base.get("workloads", {})]
+        if accuracy_base.get("scale_mode") != opts.scale_mode or missing:
+            ap.error(f"{opts.accuracy_base}: scale mode {accuracy_base.get('scale_mode')} "
+                     f"(this run: {opts.scale_mode}), workloads missing: {missing}")
     if opts.accuracy_only:
         measured = {"scale_mode": opts.scale_mode, "workloads": {}}
+        if partial:
+            measured["accuracy_base"] = opts.accuracy_base
         for name in chosen:
-            measured["workloads"][name] = accuracy_fields(workloads[name], opts.scale_mode)
+            base = accuracy_base["workloads"][name] if accuracy_base else None
+            measured["workloads"][name] = accuracy_fields(workloads[name], opts.scale_mode,
+                                                          parts, base)
             print(f"{name:17s} o_err {measured['workloads'][name].get('o_rel_l2_vs_ref')}",
                   flush=True)
             Path(opts.json).write_text(json.dumps(measured, indent=1))

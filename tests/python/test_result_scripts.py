@@ -521,3 +521,32 @@ def test_accuracy_only_run_feeds_a_timing_run(tmp_path, monkeypatch):
             bench_attention.main()
         assert refused.value.code == 2
         assert not timed.exists()
+
+
+def test_accuracy_fields_measures_only_the_parts_asked_for(monkeypatch):
+    """bench_attention.accuracy_fields with parts: only those run `flamia accuracy`; every
+    other field is the base record's, and the record names the parts it measured."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import bench_attention
+
+    runs = []
+
+    def fake_accuracy(w, cli, scale_mode, precision="fp8"):
+        runs.append((scale_mode, precision))
+        return {"o_rel_l2_vs_ref": 0.5, "new": True}
+
+    monkeypatch.setattr(bench_attention, "accuracy", fake_accuracy)
+    base = {"o_rel_l2_vs_ref": 0.003, "dq_rel_l2_vs_ref": 0.007,
+            "bf16grad_accuracy": {"o_rel_l2_vs_ref": 0.004},
+            "static_accuracy": {"o_rel_l2_vs_ref": 0.009},
+            "accuracy_parts_measured": ["scale_mode", "bf16grad", "static"]}
+    fields = bench_attention.accuracy_fields({}, "exact", ["static"], base)
+    assert runs == [("static", "fp8")]
+    assert fields == {"o_rel_l2_vs_ref": 0.003, "dq_rel_l2_vs_ref": 0.007,
+                      "bf16grad_accuracy": {"o_rel_l2_vs_ref": 0.004},
+                      "static_accuracy": {"o_rel_l2_vs_ref": 0.5, "new": True},
+                      "accuracy_parts_measured": ["static"]}
+    runs.clear()
+    fields = bench_attention.accuracy_fields({}, "exact")
+    assert runs == [("exact", "fp8"), ("exact", "fp8-bf16grad"), ("static", "fp8")]
+    assert fields["accuracy_parts_measured"] == ["scale_mode", "bf16grad", "static"]
