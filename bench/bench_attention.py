@@ -430,7 +430,7 @@ def accuracy_fields(w, scale_mode, parts=ACCURACY_PARTS, base=None):
     """A workload's accuracy against the CPU reference, as its record's fields. Only `parts` are
     measured; the others are copied from `base` (the same workload's fields of an earlier
     --accuracy-only run), so that a run after a change to one kernel family re-measures only
-    what it changed. `accuracy_parts_measured` names the parts this run measured."""
+    what it changed. Such a record names the parts it measured (`accuracy_parts_measured`)."""
     cli = ROOT / "build/flamia"
     fields = {}
     if "scale_mode" in parts:
@@ -444,7 +444,8 @@ def accuracy_fields(w, scale_mode, parts=ACCURACY_PARTS, base=None):
                            else accuracy(w, cli, "static"))
         else:
             fields[key] = base[key]
-    fields["accuracy_parts_measured"] = [p for p in ACCURACY_PARTS if p in parts]
+    if set(parts) != set(ACCURACY_PARTS):
+        fields["accuracy_parts_measured"] = [p for p in ACCURACY_PARTS if p in parts]
     return fields
 
 

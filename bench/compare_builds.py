@@ -22,6 +22,10 @@ CASES = [  # (doc lengths, heads_q, heads_kv, head_dim, scale_mode, precision)
     ([1024, 300], 4, 1, 128, "exact", "fp8-bf16grad"),
     ([1, 17, 113, 2048, 700, 96], 8, 2, 128, "static", "fp8"),
     ([512, 1, 1500, 64], 8, 4, 64, "static", "fp8"),
+    # packed runs of short documents (the backward's packed CTAs, paired windows among them)
+    ([16] * 96 + [700] + [16] * 40 + [5, 59] * 8, 8, 2, 128, "exact", "fp8"),
+    ([32] * 64 + [17, 40, 7] * 12, 4, 4, 64, "static", "fp8"),
+    ([16] * 64 + [300] + [16] * 20, 4, 2, 128, "static", "fp8"),
 ]
 
 
