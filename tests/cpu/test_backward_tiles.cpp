@@ -50,21 +50,28 @@ void check_document(const std::vector<int32_t>& cu_q, const std::vector<int32_t>
     const int first = first_visible_query_tile(item, causal);
     const UnmaskedQueryTiles unmasked = unmasked_query_tiles(item, causal);
     int expected_first = d.q_start + d.q_len;  // none
+    int expected_last = -1;                    // the last tile that sees the key tile
     int tiles_seen = 0;
     // a document without queries has no query tile (floor16(q_start) may lie below q_start)
     for (int q0 = q_begin; d.q_len > 0 && q0 < d.q_start + d.q_len; q0 += kBlockM) {
       const int pairs = visible_pairs(d, causal, item.key0, q0);
       if (pairs > 0 && expected_first == d.q_start + d.q_len) expected_first = q0;
+      if (pairs > 0) expected_last = q0;
       if (q0 >= expected_first) ++tiles_seen;
       EXPECT_EQ(query_tile_sees_key_tile(item, q0, causal), pairs > 0)
           << "doc " << doc << " tile " << tile << " q0 " << q0;
       EXPECT_EQ(unmasked.contains(q0), pairs == kBlockN * kBlockM)
           << "doc " << doc << " tile " << tile << " q0 " << q0 << " visible " << pairs;
     }
-    if (expected_first < d.q_start + d.q_len)
+    // The CTA visits the tiles from last_query_tile down to `first` (StepCursor): exactly the
+    // tiles that see the key tile, none when none does.
+    if (expected_first < d.q_start + d.q_len) {
       EXPECT_EQ(first, expected_first) << "doc " << doc << " tile " << tile;
-    else
+      EXPECT_EQ(last_query_tile(item, first), expected_last) << "doc " << doc << " tile " << tile;
+    } else {
       EXPECT_GE(first, d.q_start + d.q_len) << "doc " << doc << " tile " << tile;
+      EXPECT_LT(last_query_tile(item, first), first) << "doc " << doc << " tile " << tile;
+    }
     EXPECT_EQ(key_tile_query_tiles(item, causal), tiles_seen) << "doc " << doc << " tile " << tile;
   }
 }
@@ -85,9 +92,11 @@ void check_windowed_document(const std::vector<int32_t>& cu, int doc, int window
     const KeyTileItem item = with_sliding_window(plain, true, window);
     const UnmaskedQueryTiles unmasked = unmasked_query_tiles(item, true, window);
     int tiles_seen = 0;
+    int last_seen = -1;
     for (int q0 = q_begin, m = 0; q0 < d.q_start + d.q_len; q0 += kBlockM, ++m) {
       const int pairs = visible_pairs(d, true, item.key0, q0, window);
       tiles_seen += pairs > 0;
+      if (pairs > 0) last_seen = q0;
       if (pairs > 0 && first_tile_seen[m] < 0) first_tile_seen[m] = tile;
       EXPECT_EQ(unmasked.contains(q0), pairs == kBlockN * kBlockM)
           << "doc " << doc << " window " << window << " tile " << tile << " q0 " << q0;
@@ -102,6 +111,12 @@ void check_windowed_document(const std::vector<int32_t>& cu, int doc, int window
         ASSERT_FALSE(visible(d, true, i, j, window)) << "row " << i << " past the span sees " << j;
     EXPECT_EQ(key_tile_query_tiles(item, true), tiles_seen)
         << "doc " << doc << " window " << window << " tile " << tile;
+    // the CTA's first step (StepCursor) is the last tile that sees the key tile
+    const int first = first_visible_query_tile(item, true);
+    if (tiles_seen > 0)
+      EXPECT_EQ(last_query_tile(item, first), last_seen) << "window " << window << " tile " << tile;
+    else
+      EXPECT_LT(last_query_tile(item, first), first) << "window " << window << " tile " << tile;
     const int cost =
         std::min(key_tile_query_tiles(plain, true), sliding_window_query_tiles(window));
     EXPECT_GE(cost, tiles_seen) << "window " << window << " tile " << tile;

@@ -51,9 +51,11 @@ constexpr bool kPipelinedOpening = !kBf16Grad && kHeadDim == 64;
 // every group's factor loads to the top of the rebuild. Without the sync, the register peak
 // there spilled 4 bytes per step once these kernels took the folded score gradient
 // (score_gradient_half) as the others had. The folded form saves them 32 multiplies per step:
-// static forward+backward 2-3.5% faster on an H100 (session 45). 0: no sync.
+// static forward+backward 2-3.5% faster on an H100 (session 45). Group 7 since the descending
+// query-tile order (session 46, query_pipeline.cuh): at group 6 its span-based step test left 8
+// bytes of spills there, at 5 20 bytes. 0: no sync.
 template <int kHeadDim, bool kStaticScales>
-constexpr int kRebuildLoadFence = kHeadDim == 128 && kStaticScales ? 6 : 0;
+constexpr int kRebuildLoadFence = kHeadDim == 128 && kStaticScales ? 7 : 0;
 
 // Head dim 128's key warpgroups take their warpgroup index as a warp-uniform value (broadcast from
 // lane 0, hopper::warpgroup_index_uniform), so that ptxas builds the per-step wgmma descriptors

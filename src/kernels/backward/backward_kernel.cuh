@@ -4,8 +4,8 @@
 // (document, key tile) pairs with the most work first). One CTA per (KV head, 128-key tile
 // starting at floor16(k_start) + n * 128): two key warpgroups, where warpgroup w owns keys
 // 64w .. 64w + 63 of the tile, and on the FP8 path a dQ warpgroup (dq_warpgroup.cuh). For every
-// query tile (64 queries from floor16(q_start) + m * 64; causal: from the first that sees the key
-// tile) and every query head of the KV group, one step:
+// query tile (64 queries from floor16(q_start) + m * 64; causal: those that see the key tile), the
+// last first (StepCursor), and every query head of the KV group, one step:
 //   Sᵀ  = K̂ Q̂ᵀ                (FP8 SS; bitwise the forward's S)
 //   P̂ᵀ  = e4m3(exp2(t - M + 8)) (the forward's op sequence and saved M)
 //   dPᵀ = V̂ dÔᵀ (FP8 SS) or V dOᵀ (BF16 SS)
@@ -337,7 +337,7 @@ __device__ __forceinline__ void backward_step(
       // Sᵀ and dPᵀ read the row-major Q̂ and dÔ tiles, which no mask touches: the copies having
       // landed is enough (the masks and the barrier of finish_step_loads follow, before the next
       // step's element-wise work and dK, dV products).
-      const bool more = next.valid(item);
+      const bool more = next.valid(item, p.causal != 0);
       if (more) hopper::mbarrier_wait(&smem.query_full[next.stage], next.phase);
       issue_opening_products<kHeadDim, kBf16Grad>(
           opening, smem, smem.stage[more ? next.stage : step.stage], key_row0);
@@ -498,7 +498,7 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   hopper::async_copy_wait_all();
   finish_key_tiles<kHeadDim, kBf16Grad>(smem, p, item);
   finish_step_loads<kHeadDim, kBf16Grad>(smem, p, item, step, factors);
-  if (item.packed && step.valid(item))  // (BF16grad never packs)
+  if (item.packed && step.valid(item, p.causal != 0))  // (BF16grad never packs)
     set_packed_key_visibility(key, smem.query[step.stage], tile_row, p.causal != 0);
   if (threadIdx.x == 0) timeline::stamp(blockIdx.x, 1);
   if constexpr (timeline::kEnabled) {
@@ -508,7 +508,7 @@ __global__ void __launch_bounds__(kCtaThreads<kBf16Grad>, 1)
   if constexpr (kPipelinedOpening<kHeadDim, kBf16Grad>)  // (stage 0: the first step's, if any)
     issue_opening_products<kHeadDim, kBf16Grad>(opening, smem, smem.stage[step.stage],
                                                 warpgroup * kKeysPerWarpgroup);
-  while (step.valid(item)) {
+  while (step.valid(item, p.causal != 0)) {
     const StepCursor next = step.next(p.group_size);
     issue_step_loads<kHeadDim, kBf16Grad>(smem, p, item, next, factors);
     hopper::async_copy_commit();

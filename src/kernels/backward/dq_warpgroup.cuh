@@ -319,11 +319,11 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
   StepCursor freed = step;
 #pragma unroll
   for (int b = 0; b < kScoreGradientBuffers; ++b) {
-    if (freed.valid(item))
+    if (freed.valid(item, p.causal != 0))
       hopper::named_barrier_arrive(kScoreGradientEmpty + freed.stage, kFp8CtaThreads);
     freed = freed.next(p.group_size);
   }
-  while (step.valid(item)) {
+  while (step.valid(item, p.causal != 0)) {
     const int head = step.head(item, p.group_size);
     DqRowFactors rows = fetch_dq_rows(p, item, head, step.q0, row0);
     const ScoreGradientTile& tile = smem.score_gradient[step.stage];
@@ -333,7 +333,7 @@ __device__ __forceinline__ void run_dq_warpgroup(const BackwardParams& p, const 
     uint32_t g[kBlockN / kFp8MmaK][4];
     query_gradient_operand<kHeadDim>(
         tile, smem.key_centered_scale, row0, lane, p.softmax_scale, rows, g, [&] {
-          if (freed.valid(item))
+          if (freed.valid(item, p.causal != 0))
             hopper::named_barrier_arrive(kScoreGradientEmpty + step.stage, kFp8CtaThreads);
         });
     freed = freed.next(p.group_size);

@@ -183,6 +183,13 @@ FLAMIA_HD int first_visible_query_tile(const KeyTileItem& item, bool causal) {
   return q_begin + m * kBlockM;
 }
 
+// The last query tile of the span (the first a CTA visits, StepCursor), or q_first - kBlockM
+// (none) when no tile sees the key tile (q_first >= q_end, first_visible_query_tile).
+FLAMIA_HD int last_query_tile(const KeyTileItem& item, int q_first) {
+  if (q_first >= item.span.q_end) return q_first - kBlockM;
+  return q_first + (item.span.q_end - 1 - q_first) / kBlockM * kBlockM;
+}
+
 // Query tiles the key tile visits per query head (the CTA's work is this times group_size).
 FLAMIA_HD int key_tile_query_tiles(const KeyTileItem& item, bool causal) {
   if (key_tile_is_empty(item)) return 0;
