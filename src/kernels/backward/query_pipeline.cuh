@@ -39,8 +39,9 @@ namespace flamia::backward {
 // tiles (2n x group_size steps) ahead of the first, which at group size 8 put the CTAs' common
 // tiles far apart in time: L2 hit rate 42%, 16 GB read from DRAM, against 91% and 1.7 GB for the
 // same shape without GQA (equal-4k-gqa8's backward on an H100, session 46). Descending, that
-// backward took 22% less time (forward+backward 17-20% less); the workloads without GQA moved
-// within -0.5% to +1.5% (the span test of valid(): ~50 more instructions per step).
+// backward took 22% less time (forward+backward 17-20% less); the other workloads' forward+
+// backward stayed within the run's spread, 0.955-1.018x (the span test of valid() adds ~50
+// instructions per step).
 // The cursor holds no bound: the kernel's head-dim-128 key warpgroups have no register to spare
 // across the step loop (one more spilled 136 bytes), so valid() tests the tile against the
 // item's span, whose fields stay live anyway.
