@@ -482,13 +482,17 @@ def main():
     if unknown:  # (the JSON is written per workload: no selection would leave no file)
         ap.error(f"unknown workloads {unknown} (in {opts.workloads_file}: {list(workloads)})")
     chosen = [n for n in workloads if n in asked]
-    accuracy_from = None
-    if opts.accuracy_from:
-        accuracy_from = json.loads(Path(opts.accuracy_from).read_text())
-        missing = [n for n in chosen if n not in accuracy_from.get("workloads", {})]
-        if accuracy_from.get("scale_mode") != opts.scale_mode or missing:
-            ap.error(f"{opts.accuracy_from}: scale mode {accuracy_from.get('scale_mode')} "
+    def read_accuracy_run(path):
+        """An --accuracy-only run's JSON, refused unless of this run's scale mode and holding
+        every workload chosen."""
+        run = json.loads(Path(path).read_text())
+        missing = [n for n in chosen if n not in run.get("workloads", {})]
+        if run.get("scale_mode") != opts.scale_mode or missing:
+            ap.error(f"{path}: scale mode {run.get('scale_mode')} "
                      f"(this run: {opts.scale_mode}), workloads missing: {missing}")
+        return run
+
+    accuracy_from = read_accuracy_run(opts.accuracy_from) if opts.accuracy_from else None
     parts = [p for p in opts.accuracy_parts.split(",") if p]
     if any(p not in ACCURACY_PARTS for p in parts) or not parts:
         ap.error(f"--accuracy-parts {opts.accuracy_parts}: choose from {ACCURACY_PARTS}")
@@ -499,11 +503,7 @@ def main():
     if opts.accuracy_base:
         if not partial:
             ap.error("--accuracy-base is only read for the parts --accuracy-parts leaves out")
-        accuracy_base = json.loads(Path(opts.accuracy_base).read_text())
-        missing = [n for n in chosen if n not in accuracy_base.get("workloads", {})]
-        if accuracy_base.get("scale_mode") != opts.scale_mode or missing:
-            ap.error(f"{opts.accuracy_base}: scale mode {accuracy_base.get('scale_mode')} "
-                     f"(this run: {opts.scale_mode}), workloads missing: {missing}")
+        accuracy_base = read_accuracy_run(opts.accuracy_base)
     if opts.accuracy_only:
         measured = {"scale_mode": opts.scale_mode, "workloads": {}}
         if partial:
